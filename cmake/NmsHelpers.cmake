@@ -1,0 +1,36 @@
+# Helpers shared by every CMakeLists of the project.
+
+# Warning set for our own targets (not for third-party code).
+function(nms_target_warnings target)
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Wshadow -Wvla
+                                           -Wnon-virtual-dtor -Wimplicit-fallthrough)
+  if(NMS_WARNINGS_AS_ERRORS)
+    target_compile_options(${target} PRIVATE -Werror)
+  endif()
+endfunction()
+
+# nms_add_test(NAME <name> SOURCES <files...> [LIBS <libs...>])
+# One GoogleTest executable; every TEST becomes a CTest test. Tests may include private headers
+# (src/) and find checked-in data through NMS_TEST_DATA_DIR.
+function(nms_add_test)
+  cmake_parse_arguments(ARG "" "NAME" "SOURCES;LIBS" ${ARGN})
+  add_executable(${ARG_NAME} ${ARG_SOURCES})
+  target_link_libraries(${ARG_NAME} PRIVATE nmsparse::nmsparse GTest::gtest GTest::gtest_main
+                                            OpenMP::OpenMP_CXX ${ARG_LIBS})
+  target_include_directories(${ARG_NAME} PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests)
+  target_compile_definitions(${ARG_NAME} PRIVATE
+    NMS_TEST_DATA_DIR="${PROJECT_SOURCE_DIR}/tests/data"
+    NMS_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+  nms_target_warnings(${ARG_NAME})
+  gtest_discover_tests(${ARG_NAME} DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 600)
+endfunction()
+
+# nms_add_benchmark(NAME <name> SOURCES <files...>)
+function(nms_add_benchmark)
+  cmake_parse_arguments(ARG "" "NAME" "SOURCES;LIBS" ${ARGN})
+  add_executable(${ARG_NAME} ${ARG_SOURCES})
+  target_link_libraries(${ARG_NAME} PRIVATE nmsparse::nmsparse benchmark::benchmark
+                                            OpenMP::OpenMP_CXX ${ARG_LIBS})
+  target_include_directories(${ARG_NAME} PRIVATE ${PROJECT_SOURCE_DIR}/src)
+  nms_target_warnings(${ARG_NAME})
+endfunction()

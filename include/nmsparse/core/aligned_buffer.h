@@ -1,0 +1,98 @@
+// Owning, 64-byte aligned, zero-initialised buffers, and an owning row-major float matrix.
+//
+// 64 bytes is one cache line and one AVX-512 register: kernels may use aligned loads on row 0.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <type_traits>
+
+#include "nmsparse/core/error.h"
+#include "nmsparse/core/matrix_view.h"
+
+namespace nms {
+
+inline constexpr size_t kBufferAlignment = 64;
+
+template <class T>
+class AlignedBuffer {
+  static_assert(std::is_trivially_copyable_v<T>, "AlignedBuffer holds plain data only");
+
+ public:
+  AlignedBuffer() = default;
+  explicit AlignedBuffer(int64_t count) { resize(count); }
+
+  // Reallocates to `count` zeroed elements (previous contents are discarded).
+  void resize(int64_t count) {
+    NMS_CHECK(count >= 0, "negative element count (", count, ")");
+    const int64_t bytes = detail::mul_checked(count, static_cast<int64_t>(sizeof(T)), "buffer size");
+    const size_t rounded = (static_cast<size_t>(bytes) + kBufferAlignment - 1) / kBufferAlignment *
+                           kBufferAlignment;
+    T* p = nullptr;
+    if (rounded > 0) {
+      p = static_cast<T*>(std::aligned_alloc(kBufferAlignment, rounded));
+      if (p == nullptr) throw std::bad_alloc();
+      std::memset(p, 0, rounded);
+    }
+    data_.reset(p);
+    size_ = count;
+  }
+
+  AlignedBuffer(AlignedBuffer&&) noexcept = default;
+  AlignedBuffer& operator=(AlignedBuffer&&) noexcept = default;
+  AlignedBuffer(const AlignedBuffer& other) { *this = other; }
+  AlignedBuffer& operator=(const AlignedBuffer& other) {
+    if (this != &other) {
+      resize(other.size_);
+      if (size_ > 0) std::memcpy(data_.get(), other.data_.get(), size_ * sizeof(T));
+    }
+    return *this;
+  }
+
+  T* data() { return data_.get(); }
+  const T* data() const { return data_.get(); }
+  int64_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  T& operator[](int64_t i) { return data_.get()[i]; }
+  const T& operator[](int64_t i) const { return data_.get()[i]; }
+  T* begin() { return data(); }
+  T* end() { return data() + size_; }
+  const T* begin() const { return data(); }
+  const T* end() const { return data() + size_; }
+
+ private:
+  struct Free {
+    void operator()(T* p) const { std::free(p); }
+  };
+  std::unique_ptr<T, Free> data_;
+  int64_t size_ = 0;
+};
+
+// Owning dense row-major float matrix (ld == cols).
+class Matrix {
+ public:
+  Matrix() = default;
+  Matrix(int64_t rows, int64_t cols)
+      : buffer_(detail::mul_checked(rows, cols, "matrix size")), rows_(rows), cols_(cols) {}
+
+  int64_t rows() const { return rows_; }
+  int64_t cols() const { return cols_; }
+  int64_t size() const { return buffer_.size(); }
+  float* data() { return buffer_.data(); }
+  const float* data() const { return buffer_.data(); }
+  float& operator()(int64_t i, int64_t j) { return buffer_[i * cols_ + j]; }
+  float operator()(int64_t i, int64_t j) const { return buffer_[i * cols_ + j]; }
+  MatrixViewF view() { return {buffer_.data(), rows_, cols_}; }
+  ConstMatrixViewF view() const { return {buffer_.data(), rows_, cols_}; }
+
+ private:
+  AlignedBuffer<float> buffer_;
+  int64_t rows_ = 0;
+  int64_t cols_ = 0;
+};
+
+}  // namespace nms

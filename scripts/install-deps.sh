@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what nmsparse needs on Debian 12, and only what is missing (idempotent, quiet when
+# everything is there). Used by `make test`, `make demo` and .ci/run.
+#   scripts/install-deps.sh            build + test dependencies
+#   scripts/install-deps.sh --fuzz     also clang and its libFuzzer runtime
+set -euo pipefail
+
+packages=(cmake ninja-build g++ make pkg-config libgtest-dev libgmock-dev libbenchmark-dev
+          nlohmann-json3-dev libcli11-dev zlib1g-dev python3)
+if [[ "${1:-}" == "--fuzz" ]]; then
+  packages+=(clang libclang-rt-14-dev)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "install-deps: installing ${missing[*]}" >&2
+  sudo_cmd=()
+  [[ $(id -u) -ne 0 ]] && sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null
+fi
+
+# Optional: the Python safetensors package, for the interoperability tests (they skip without it).
+if command -v python3 >/dev/null && ! python3 -c "import safetensors, numpy" 2>/dev/null; then
+  python3 -m pip install -q --disable-pip-version-check safetensors numpy >/dev/null 2>&1 ||
+    echo "install-deps: python safetensors not installed; interoperability tests will skip" >&2
+fi
+exit 0
