@@ -25,9 +25,13 @@ int64_t BitMask::count() const {
   return c;
 }
 
-int64_t BitMask::count_row(int64_t i) const { return count_row_range(i, 0, cols_); }
+int64_t BitMask::count_row(int64_t i) const {
+  return count_row_range(i, 0, cols_);
+}
 
-int64_t BitMask::count_col(int64_t j) const { return count_col_range(j, 0, rows_); }
+int64_t BitMask::count_col(int64_t j) const {
+  return count_col_range(j, 0, rows_);
+}
 
 int64_t BitMask::count_row_range(int64_t i, int64_t j0, int64_t len) const {
   NMS_DCHECK(i >= 0 && i < rows_ && j0 >= 0 && len >= 0 && j0 + len <= cols_);

@@ -11,8 +11,8 @@ namespace {
 
 // Counts from a plain bool matrix are the reference for the packed counts.
 TEST(BitMask, CountsMatchBoolReference) {
-  for (const auto& [rows, cols] : std::vector<std::pair<int, int>>{
-           {1, 1}, {3, 63}, {5, 64}, {7, 65}, {16, 130}, {33, 200}}) {
+  for (const auto& [rows, cols] :
+       std::vector<std::pair<int, int>>{{1, 1}, {3, 63}, {5, 64}, {7, 65}, {16, 130}, {33, 200}}) {
     BitMask mask(rows, cols);
     std::vector<std::vector<bool>> ref(rows, std::vector<bool>(cols));
     const CounterRng rng(42, rows * 1000 + cols);

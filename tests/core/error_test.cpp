@@ -7,7 +7,9 @@
 namespace nms {
 namespace {
 
-void refuse(int value) { NMS_CHECK(value > 0, "value (", value, ") must be positive"); }
+void refuse(int value) {
+  NMS_CHECK(value > 0, "value (", value, ") must be positive");
+}
 
 TEST(Error, CheckNamesFunctionAndValue) {
   try {

@@ -39,7 +39,10 @@ TEST(ParallelFor, RethrowsExceptionFromInsideRegion) {
 TEST(Threading, RejectsZeroThreads) {
   EXPECT_THROW(set_num_threads(0), Error);
   const int before = max_threads();
-  { ScopedNumThreads scope(1); EXPECT_EQ(max_threads(), 1); }
+  {
+    ScopedNumThreads scope(1);
+    EXPECT_EQ(max_threads(), 1);
+  }
   EXPECT_EQ(max_threads(), before);
 }
 

@@ -29,9 +29,10 @@ class AlignedBuffer {
   // Reallocates to `count` zeroed elements (previous contents are discarded).
   void resize(int64_t count) {
     NMS_CHECK(count >= 0, "negative element count (", count, ")");
-    const int64_t bytes = detail::mul_checked(count, static_cast<int64_t>(sizeof(T)), "buffer size");
-    const size_t rounded = (static_cast<size_t>(bytes) + kBufferAlignment - 1) / kBufferAlignment *
-                           kBufferAlignment;
+    const int64_t bytes =
+        detail::mul_checked(count, static_cast<int64_t>(sizeof(T)), "buffer size");
+    const size_t rounded =
+        (static_cast<size_t>(bytes) + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
     T* p = nullptr;
     if (rounded > 0) {
       p = static_cast<T*>(std::aligned_alloc(kBufferAlignment, rounded));

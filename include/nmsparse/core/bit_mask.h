@@ -36,9 +36,9 @@ class BitMask {
   const uint64_t* row_words(int64_t i) const { return words_.data() + i * words_per_row_; }
   uint64_t* row_words(int64_t i) { return words_.data() + i * words_per_row_; }
 
-  int64_t count() const;                                        // all set bits
-  int64_t count_row(int64_t i) const;                           // set bits in row i
-  int64_t count_col(int64_t j) const;                           // set bits in column j
+  int64_t count() const;               // all set bits
+  int64_t count_row(int64_t i) const;  // set bits in row i
+  int64_t count_col(int64_t j) const;  // set bits in column j
   // Set bits in row i, columns [j0, j0 + len). Requires the range inside the row.
   int64_t count_row_range(int64_t i, int64_t j0, int64_t len) const;
   // Set bits in column j, rows [i0, i0 + len).

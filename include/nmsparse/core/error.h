@@ -46,21 +46,21 @@ int64_t add_checked(int64_t a, int64_t b, const char* what);
 }  // namespace detail
 }  // namespace nms
 
-#define NMS_CHECK(cond, ...)                                                              \
-  do {                                                                                    \
-    if (!(cond)) [[unlikely]] {                                                           \
-      ::nms::detail::throw_error(__func__, ::nms::detail::concat(__VA_ARGS__));           \
-    }                                                                                     \
+#define NMS_CHECK(cond, ...)                                                    \
+  do {                                                                          \
+    if (!(cond)) [[unlikely]] {                                                 \
+      ::nms::detail::throw_error(__func__, ::nms::detail::concat(__VA_ARGS__)); \
+    }                                                                           \
   } while (0)
 
 #define NMS_THROW(...) ::nms::detail::throw_error(__func__, ::nms::detail::concat(__VA_ARGS__))
 
-#define NMS_ASSERT(cond, ...)                                                                \
-  do {                                                                                       \
-    if (!(cond)) [[unlikely]] {                                                              \
-      ::nms::detail::assert_fail(#cond, __FILE__, __LINE__, __func__,                        \
-                                 ::nms::detail::concat("" __VA_OPT__(, ) __VA_ARGS__));      \
-    }                                                                                        \
+#define NMS_ASSERT(cond, ...)                                                           \
+  do {                                                                                  \
+    if (!(cond)) [[unlikely]] {                                                         \
+      ::nms::detail::assert_fail(#cond, __FILE__, __LINE__, __func__,                   \
+                                 ::nms::detail::concat("" __VA_OPT__(, ) __VA_ARGS__)); \
+    }                                                                                   \
   } while (0)
 
 #ifdef NDEBUG

@@ -6,7 +6,8 @@
 // thread count and any iteration order. Mapping onto Philox's 2-word key and 4-word counter:
 //   key     = { seed & 0xffffffff, seed >> 32 }
 //   counter = { counter & 0xffffffff, counter >> 32, stream & 0xffffffff, stream >> 32 }
-// One call yields 4 independent 32-bit words; CounterRng::uniform(i) uses word i % 4 of block i / 4.
+// One call yields 4 independent 32-bit words; CounterRng::uniform(i) uses word i % 4 of block i
+// / 4.
 //
 // Verified against the published known-answer vectors (Random123 kat_vectors, "philox4x32 10").
 #pragma once
@@ -51,10 +52,9 @@ class CounterRng {
 
   // Four 32-bit words for block `counter`.
   constexpr PhiloxCounter block(uint64_t counter) const {
-    return philox4x32_10(
-        {static_cast<uint32_t>(counter), static_cast<uint32_t>(counter >> 32), stream_lo_,
-         stream_hi_},
-        key_);
+    return philox4x32_10({static_cast<uint32_t>(counter), static_cast<uint32_t>(counter >> 32),
+                          stream_lo_, stream_hi_},
+                         key_);
   }
   // The 32-bit word number `index` of this stream (block index / 4, word index % 4).
   constexpr uint32_t word(uint64_t index) const { return block(index >> 2)[index & 3]; }
