@@ -20,8 +20,12 @@
 namespace nms {
 namespace {
 
-bool f16_is_nan(uint16_t h) { return (h & 0x7c00u) == 0x7c00u && (h & 0x03ffu) != 0; }
-bool bf16_is_nan(uint16_t b) { return (b & 0x7f80u) == 0x7f80u && (b & 0x007fu) != 0; }
+bool f16_is_nan(uint16_t h) {
+  return (h & 0x7c00u) == 0x7c00u && (h & 0x03ffu) != 0;
+}
+bool bf16_is_nan(uint16_t b) {
+  return (b & 0x7f80u) == 0x7f80u && (b & 0x007fu) != 0;
+}
 
 // Independent decoder: the textbook formula, evaluated in double.
 double f16_reference_value(uint16_t h) {
@@ -74,13 +78,15 @@ TEST(Half, Bf16RoundTripsAllPatternsBitExactly) {
 uint16_t f16_reference_round(float x) {
   static const std::vector<double> table = [] {
     std::vector<double> t;
-    for (uint32_t h = 0; h < 0x7c00; ++h) t.push_back(f16_reference_value(static_cast<uint16_t>(h)));
+    for (uint32_t h = 0; h < 0x7c00; ++h)
+      t.push_back(f16_reference_value(static_cast<uint16_t>(h)));
     return t;
   }();
   const uint16_t sign = std::signbit(x) ? 0x8000 : 0;
   const double a = std::fabs(static_cast<double>(x));
   if (a >= 65520.0) return sign | 0x7c00;
   const auto it = std::lower_bound(table.begin(), table.end(), a);
+  if (it == table.end()) return sign | 0x7bff;  // (65504, 65520): below the Inf threshold
   const auto hi = static_cast<uint16_t>(it - table.begin());
   if (table[hi] == a || hi == 0) return sign | hi;
   const auto lo = static_cast<uint16_t>(hi - 1);
@@ -130,7 +136,7 @@ TEST(Half, NarrowingMatchesReferenceAtValuesAndMidpoints) {
       const float v = f16_to_f32(static_cast<uint16_t>(h | s));
       expect_narrowing_matches_reference(v);
       const float next = h + 1 < 0x7c00 ? f16_to_f32(static_cast<uint16_t>((h + 1) | s))
-                                         : (s ? -65536.0f : 65536.0f);
+                                        : (s ? -65536.0f : 65536.0f);
       const float mid = static_cast<float>((static_cast<double>(v) + next) / 2);
       expect_narrowing_matches_reference(mid);
       expect_narrowing_matches_reference(std::nextafter(mid, 0.0f));
@@ -158,9 +164,9 @@ TEST(Half, KnownValues) {
   EXPECT_EQ(f32_to_f16(65504.0f), 0x7bff);
   EXPECT_EQ(f32_to_f16(65519.99f), 0x7bff);
   EXPECT_EQ(f32_to_f16(65520.0f), 0x7c00);
-  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -24)), 0x0001);      // smallest subnormal
-  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -25)), 0x0000);      // tie between 0 and 2^-24 -> even
-  EXPECT_EQ(f32_to_f16(std::ldexp(1.5f, -25)), 0x0001);      // above the tie
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -24)), 0x0001);         // smallest subnormal
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -25)), 0x0000);         // tie between 0 and 2^-24 -> even
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.5f, -25)), 0x0001);         // above the tie
   EXPECT_EQ(f32_to_f16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);  // tie -> even (down)
   EXPECT_EQ(f32_to_f16(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);  // tie -> even (up)
   EXPECT_EQ(f32_to_f16(-0.0f), 0x8000);
@@ -193,7 +199,8 @@ TEST(Half, SpanConversions) {
   }
   f32_to_bf16(values, halves);
   bf16_to_f32(halves, back);
-  for (size_t i = 0; i < values.size(); ++i) EXPECT_EQ(back[i], bf16_to_f32(f32_to_bf16(values[i])));
+  for (size_t i = 0; i < values.size(); ++i)
+    EXPECT_EQ(back[i], bf16_to_f32(f32_to_bf16(values[i])));
   std::vector<float> wrong(2);
   EXPECT_THROW(f16_to_f32(halves, wrong), Error);
   EXPECT_THROW(f32_to_bf16(wrong, halves), Error);
