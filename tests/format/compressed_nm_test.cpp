@@ -204,7 +204,10 @@ TEST(CompressedNm, NanAndInfPassThroughBitExact) {
 TEST(CompressedNm, ResultIndependentOfThreadCount) {
   for (const NmPattern& p : {NmPattern{2, 4}, NmPattern{1, 2}, NmPattern{5, 16}, NmPattern{3, 8}}) {
     for (NmAxis axis : {NmAxis::kRows, NmAxis::kCols}) {
-      const test::TestMatrix x = test::make_nm_sparse(320, 256, p, axis, 77);
+      // 320 x 600 (608 for rows, which m must divide): several row chunks and several
+      // 256-column tiles, the last one partial.
+      const test::TestMatrix x =
+          test::make_nm_sparse(320, axis == NmAxis::kRows ? 608 : 600, p, axis, 77);
       CompressedNm one;
       {
         ScopedNumThreads threads(1);
@@ -213,8 +216,18 @@ TEST(CompressedNm, ResultIndependentOfThreadCount) {
       ScopedNumThreads threads(3);
       const CompressedNm many = nm_compress(x.view(), p, axis);
       test::expect_same_compressed(one, many, p.to_string());
+      test::expect_same_compressed(one, reference::nm_compress_reference(x.view(), p, axis),
+                                   p.to_string() + " vs reference");
       const Matrix a = nm_decompress(one);
       test::expect_bitwise_canonical(a, x, x.rows, x.cols, p.to_string());
+      Matrix garbage(x.rows, x.cols);
+      for (int64_t i = 0; i < garbage.size(); ++i) garbage.data()[i] = 5.0f;
+      nm_decompress(many, garbage.view());
+      test::expect_bitwise_canonical(garbage, x, x.rows, x.cols, p.to_string() + " into garbage");
+      const BitMask mask = test::make_nm_mask(x.rows, x.cols, p, axis, 78);
+      test::expect_same_compressed(nm_compress_masked(x.view(), mask, p, axis),
+                                   reference::nm_compress_masked_reference(x.view(), mask, p, axis),
+                                   p.to_string() + " masked vs reference");
     }
   }
 }
@@ -227,6 +240,28 @@ TEST(CompressedNm, DecompressIntoOverwritesGarbage) {
     for (int64_t i = 0; i < dst.size(); ++i) dst.data()[i] = 99.0f;
     nm_decompress(c, dst.view());
     test::expect_bitwise_canonical(dst, x, 8, 12, std::string(axis_name(axis)));
+  }
+}
+
+TEST(CompressedNm, IntoReusesBuffersAndOverwritesEverything) {
+  for (NmAxis axis : {NmAxis::kRows, NmAxis::kCols}) {
+    for (const NmPattern& p : {NmPattern{2, 4}, NmPattern{3, 8}, NmPattern{5, 16}}) {
+      const test::TestMatrix a = test::make_nm_sparse(16, 32, p, axis, 1);
+      const test::TestMatrix b = test::make_nm_sparse(16, 32, p, axis, 2);
+      CompressedNm dst = nm_compress(a.view(), p, axis);
+      const float* values_before = dst.values.data();
+      nm_compress_into(b.view(), p, axis, dst);
+      EXPECT_EQ(dst.values.data(), values_before);  // reused
+      test::expect_same_compressed(dst, nm_compress(b.view(), p, axis), p.to_string());
+      // Masked, then a different shape (reallocates).
+      const BitMask mask = test::make_nm_mask(16, 32, p, axis, 3);
+      nm_compress_masked_into(a.view(), mask, p, axis, dst);
+      test::expect_same_compressed(dst, nm_compress_masked(a.view(), mask, p, axis),
+                                   p.to_string() + " masked");
+      const test::TestMatrix c = test::make_nm_sparse(32, 48, p, axis, 4);
+      nm_compress_into(c.view(), p, axis, dst);
+      test::expect_same_compressed(dst, nm_compress(c.view(), p, axis), p.to_string() + " resized");
+    }
   }
 }
 

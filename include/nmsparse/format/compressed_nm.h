@@ -94,6 +94,13 @@ CompressedNm nm_compress(ConstMatrixViewF dense, NmPattern pattern, NmAxis axis 
 CompressedNm nm_compress_masked(ConstMatrixViewF dense, const BitMask& mask, NmPattern pattern,
                                 NmAxis axis = NmAxis::kRows);
 
+// As nm_compress / nm_compress_masked, writing into `dst` and reusing its buffers when they already
+// have the right sizes (no allocation, no page faults: for re-packing the same layer every
+// training step). On an exception `dst` has unspecified contents; do not use it.
+void nm_compress_into(ConstMatrixViewF dense, NmPattern pattern, NmAxis axis, CompressedNm& dst);
+void nm_compress_masked_into(ConstMatrixViewF dense, const BitMask& mask, NmPattern pattern,
+                             NmAxis axis, CompressedNm& dst);
+
 // The mask of kept positions (rows x cols) of `src`: one bit per stored slot, padding included.
 BitMask nm_kept_mask(const CompressedNm& src);
 
