@@ -1,6 +1,50 @@
-#include <cstdio>
+// nmsparse: the command-line tool. Argument parsing and error reporting only; every algorithm
+// lives in the library.
+#include <CLI/CLI.hpp>
 
-int main() {
-  std::puts("nmsparse");
-  return 0;
+#include <cstdio>
+#include <new>
+
+#include "cli_common.h"
+#include "commands.h"
+#include "nmsparse/core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "nmsparse: N:M sparse masks, verification and compressed formats for neural-network "
+      "weights.\n"
+      "N:M always means keep N of every M consecutive weights (2:4 = density 0.50 / sparsity "
+      "0.50).\nInputs are safetensors files or sharded models (a model.safetensors.index.json or "
+      "its directory)."};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "nmsparse 0.1.0");
+  int exit_code = nms::cli::kExitOk;
+  nms::cli::add_info_command(app, exit_code);
+  nms::cli::add_mask_command(app, exit_code);
+  nms::cli::add_verify_command(app, exit_code);
+  nms::cli::add_pack_command(app, exit_code);
+  nms::cli::add_unpack_command(app, exit_code);
+  nms::cli::add_generate_command(app, exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return nms::cli::kExitBadInput;
+  } catch (const nms::Error& e) {
+    std::fprintf(stderr, "nmsparse: error: %s\n", e.what());
+    return nms::cli::kExitBadInput;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "nmsparse: error: out of memory\n");
+    return nms::cli::kExitBadInput;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "nmsparse: internal error: %s (please report this)\n", e.what());
+    return nms::cli::kExitInternal;
+  }
+  return exit_code;
 }

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# `make demo`: nmsparse end to end on a model the demo generates deterministically.
+# Until the training work lands this shows the tool chain: generate -> info -> mask -> verify ->
+# pack -> unpack, on a small decoder-only transformer (plus a conv stem), with every report.
+set -euo pipefail
+build=${1:-build}
+tool="$build/tools/cli/nmsparse"
+out=demo-out
+rm -rf "$out"
+mkdir -p "$out"
+
+step() { printf '\n\033[1m== %s\033[0m\n$ %s\n' "$1" "${*:2}"; "${@:2}"; }
+
+step "Generate a deterministic model (4 blocks, hidden 512, MLP 1376, vocab 4096, BF16)" \
+  "$tool" generate "$out/model.safetensors" --layers 4 --hidden 512 --intermediate 1376 \
+  --vocab 4096 --dtype BF16 --seed 0
+step "What is in it, and what can be 2:4" "$tool" info "$out/model.safetensors" --nm 2:4 \
+  --include 'layers.0|lm_head|vision|embed'
+step "Mask 2:4 (keep 2 of every 4 along the input dim), skipping embeddings and the head" \
+  "$tool" mask --nm 2:4 "$out/model.safetensors" "$out/model-2of4.safetensors" \
+  --exclude 'embed|lm_head' --json "$out/mask-report.json"
+step "Verify: the masked model is 2:4 along rows" "$tool" verify --nm 2:4 \
+  "$out/model-2of4.safetensors" --exclude 'embed|lm_head' --dense "$out/model.safetensors" \
+  --include 'layers.0|vision'
+printf '\n(a standard mask is not transposable: the column check fails, exit status 1)\n'
+set +e
+"$tool" verify --nm 2:4 --transposable "$out/model-2of4.safetensors" --include 'layers.0.mlp' -q
+echo "exit status: $?"
+set -e
+step "Pack into the compressed N:M format (values + 2-bit indices)" "$tool" pack --nm 2:4 \
+  "$out/model-2of4.safetensors" "$out/model-2of4.packed.safetensors" --exclude 'embed|lm_head' \
+  --include 'layers.0|vision'
+step "Pack as compressed-tensors sparse-24-bitmask" "$tool" pack --nm 2:4 \
+  --format sparse-24-bitmask "$out/model-2of4.safetensors" "$out/model-2of4.s24.safetensors" \
+  --exclude 'embed|lm_head' -q
+step "Unpack back to dense BF16 tensors" "$tool" unpack \
+  "$out/model-2of4.packed.safetensors" "$out/model-2of4.unpacked.safetensors"
+"$tool" verify --nm 2:4 "$out/model-2of4.s24.safetensors" --exclude 'embed|lm_head' -q \
+  --json "$out/verify-s24.json"
+echo "sparse-24-bitmask model verifies: $(grep -o '"valid": [a-z]*' "$out/verify-s24.json")"
+step "Other patterns: 1:4 and 8:16 on the MLP" "$tool" mask --nm 8:16 \
+  "$out/model.safetensors" "$out/model-8of16.safetensors" --include 'mlp' -q --json \
+  "$out/mask-8of16.json"
+echo "8:16 kept |W| fraction: $(grep -o '"kept_mass_fraction": [0-9.]*' "$out/mask-8of16.json" | head -1)"
+"$tool" mask --nm 1:4 "$out/model.safetensors" "$out/model-1of4.safetensors" --include 'mlp' -q \
+  --json "$out/mask-1of4.json"
+echo "1:4  kept |W| fraction: $(grep -o '"kept_mass_fraction": [0-9.]*' "$out/mask-1of4.json" | head -1)"
+printf '\nAll outputs and JSON reports are in %s/\n' "$out"

@@ -1,0 +1,315 @@
+// End-to-end tests of the `nmsparse` tool: each runs the real binary in a scratch directory and
+// checks its exit status, its messages, and the files it leaves behind (or does not).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "nmsparse/core/rng.h"
+#include "nmsparse/io/safetensors.h"
+#include "nmsparse/io/sharded.h"
+#include "nmsparse/mask/verify.h"
+
+namespace fs = std::filesystem;
+
+namespace nms {
+namespace {
+
+struct Result {
+  int status = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() /
+           ("nmsparse_cli_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  Result run(const std::string& args) {
+    const fs::path out = dir_ / ".stdout";
+    const fs::path err = dir_ / ".stderr";
+    const std::string cmd = std::string("cd '") + dir_.string() + "' && '" NMS_CLI_PATH "' " +
+                            args + " > '" + out.string() + "' 2> '" + err.string() + "'";
+    const int raw = std::system(cmd.c_str());
+    Result r;
+    r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+    r.out = slurp(out);
+    r.err = slurp(err);
+    fs::remove(out);
+    fs::remove(err);
+    return r;
+  }
+
+  // Runs a command that must succeed.
+  Result ok(const std::string& args) {
+    Result r = run(args);
+    EXPECT_EQ(r.status, 0) << args << "\nstdout: " << r.out << "\nstderr: " << r.err;
+    return r;
+  }
+
+  // Runs a command that must fail with status 2, a message containing `fragment`, and no file
+  // left in the scratch directory except those present before.
+  void fails(const std::string& args, const std::string& fragment, int status = 2) {
+    std::set<fs::path> before;
+    for (const auto& e : fs::recursive_directory_iterator(dir_)) before.insert(e.path());
+    const Result r = run(args);
+    EXPECT_EQ(r.status, status) << args << "\nstderr: " << r.err;
+    EXPECT_NE(r.err.find(fragment), std::string::npos)
+        << args << "\nstderr: " << r.err << "\nexpected: " << fragment;
+    for (const auto& e : fs::recursive_directory_iterator(dir_)) {
+      EXPECT_TRUE(before.count(e.path())) << "left behind: " << e.path() << " by " << args;
+    }
+  }
+
+  fs::path path(const std::string& name) const { return dir_ / name; }
+
+  void small_model(const std::string& name, const std::string& extra = "") {
+    ok("generate " + name + " --layers 1 --hidden 64 --intermediate 128 --vocab 96 -q " + extra);
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(Cli, HelpAndVersion) {
+  const Result r = ok("--help");
+  for (const char* sub : {"info", "mask", "verify", "pack", "unpack", "generate"}) {
+    EXPECT_NE(r.out.find(sub), std::string::npos) << sub;
+  }
+  EXPECT_NE(ok("mask --help").out.find("--write-masks"), std::string::npos);
+  EXPECT_NE(ok("--version").out.find("nmsparse"), std::string::npos);
+  EXPECT_EQ(run("").status, 2);
+  EXPECT_EQ(run("frobnicate").status, 2);
+}
+
+TEST_F(Cli, GenerateIsDeterministic) {
+  small_model("a.safetensors");
+  small_model("b.safetensors");
+  EXPECT_EQ(slurp(path("a.safetensors")), slurp(path("b.safetensors")));
+  small_model("c.safetensors", "--seed 1");
+  EXPECT_NE(slurp(path("a.safetensors")), slurp(path("c.safetensors")));
+}
+
+TEST_F(Cli, InfoListsEligibility) {
+  small_model("m.safetensors");
+  const Result r = ok("info m.safetensors --nm 2:4 --json info.json");
+  EXPECT_NE(r.out.find("model.layers.0.mlp.up_proj.weight"), std::string::npos);
+  EXPECT_NE(r.out.find("1-D tensor"), std::string::npos);
+  const auto j = nlohmann::json::parse(slurp(path("info.json")));
+  bool stem_skipped = false;
+  for (const auto& t : j["tensors"]) {
+    if (t["name"] == "vision.stem.weight") {
+      stem_skipped = !t["eligible"].get<bool>();
+      EXPECT_EQ(t["matrix"], nlohmann::json({64, 147}));
+      EXPECT_EQ(t["layout"], "conv-nhwc");
+    }
+  }
+  EXPECT_TRUE(stem_skipped);
+  EXPECT_NE(ok("info --system").out.find("threads"), std::string::npos);
+}
+
+TEST_F(Cli, MaskThenVerify) {
+  small_model("m.safetensors");
+  fails("verify --nm 2:4 m.safetensors", "FAIL", 1);
+  const Result r = ok("mask --nm 2:4 m.safetensors out.safetensors --json r.json");
+  EXPECT_NE(r.out.find("density 0.5000 / sparsity 0.5000"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("skipping 'vision.stem.weight'"), std::string::npos) << r.err;
+  const Result v = ok("verify --nm 2:4 out.safetensors --dense m.safetensors");
+  EXPECT_NE(v.out.find("PASS"), std::string::npos);
+  // Every input tensor is in the output; skipped ones byte-identical, masked ones 2:4 and a
+  // subset of the input.
+  const SafetensorsFile in = SafetensorsFile::open(path("m.safetensors"));
+  const SafetensorsFile out = SafetensorsFile::open(path("out.safetensors"));
+  ASSERT_EQ(in.tensors().size(), out.tensors().size());
+  const auto report = nlohmann::json::parse(slurp(path("r.json")));
+  EXPECT_EQ(report["pattern"], "2:4");
+  EXPECT_NEAR(report["density"].get<double>(), 0.5, 1e-12);
+  for (const auto& layer : report["layers"]) {
+    const std::string name = layer["name"];
+    const TensorInfo& a = in.at(name);
+    const TensorInfo& b = out.at(name);
+    EXPECT_EQ(a.dtype, b.dtype);
+    EXPECT_EQ(a.shape, b.shape);
+    if (layer["status"] != "masked") {
+      EXPECT_TRUE(std::equal(in.raw(a).begin(), in.raw(a).end(), out.raw(b).begin())) << name;
+      continue;
+    }
+    const auto x = in.read_f32(a);
+    const auto y = out.read_f32(b);
+    for (size_t k = 0; k < x.size(); ++k) ASSERT_TRUE(y[k] == 0.0f || y[k] == x[k]) << name;
+  }
+  // The conv layer is masked along Cin innermost (NHWC): verify reads it the same way.
+  fails("verify --nm 2:4 --transposable out.safetensors --include q_proj", "FAIL", 1);
+}
+
+TEST_F(Cli, WriteMasks) {
+  small_model("m.safetensors");
+  ok("mask --nm 1:4 m.safetensors masks.safetensors --write-masks --include mlp");
+  const SafetensorsFile f = SafetensorsFile::open(path("masks.safetensors"));
+  ASSERT_EQ(f.tensors().size(), 3u);
+  for (const auto& t : f.tensors()) {
+    EXPECT_EQ(t.dtype, DType::kBool);
+    int64_t kept = 0;
+    for (std::byte b : f.raw(t)) kept += static_cast<int>(b);
+    EXPECT_EQ(kept * 4, t.numel) << t.name;
+  }
+}
+
+TEST_F(Cli, PackUnpackRoundTrip) {
+  small_model("m.safetensors", "--dtype BF16");
+  ok("mask --nm 3:8 m.safetensors masked.safetensors -q");
+  fails("pack --nm 3:8 m.safetensors p.safetensors", "Mask it first");
+  const Result p = ok("pack --nm 3:8 masked.safetensors packed.safetensors");
+  EXPECT_NE(p.out.find("packed"), std::string::npos);
+  ok("verify --nm 3:8 packed.safetensors");
+  ok("info packed.safetensors");
+  ok("unpack packed.safetensors unpacked.safetensors");
+  const SafetensorsFile a = SafetensorsFile::open(path("masked.safetensors"));
+  const SafetensorsFile b = SafetensorsFile::open(path("unpacked.safetensors"));
+  ASSERT_EQ(a.tensors().size(), b.tensors().size());
+  for (const auto& t : a.tensors()) {
+    const TensorInfo& u = b.at(t.name);
+    EXPECT_EQ(t.dtype, u.dtype) << t.name;
+    EXPECT_EQ(t.shape, u.shape) << t.name;
+    EXPECT_TRUE(std::equal(a.raw(t).begin(), a.raw(t).end(), b.raw(u).begin())) << t.name;
+  }
+  // Along columns too (the transposed operand).
+  ok("mask --nm 2:4 m.safetensors m24.safetensors -q");
+  fails("pack --nm 2:4 --axis cols m24.safetensors c.safetensors", "Mask it first");
+}
+
+TEST_F(Cli, Sparse24BitmaskRoundTrip) {
+  small_model("m.safetensors");
+  ok("mask --nm 2:4 m.safetensors masked.safetensors -q");
+  fails("pack --nm 1:4 --format sparse-24-bitmask masked.safetensors p.safetensors", "2:4 only");
+  ok("pack --nm 2:4 --format sparse-24-bitmask masked.safetensors s24.safetensors");
+  const SafetensorsFile s = SafetensorsFile::open(path("s24.safetensors"));
+  EXPECT_NE(s.find("model.layers.0.mlp.up_proj.weight.bitmask"), nullptr);
+  EXPECT_NE(s.find("model.layers.0.mlp.up_proj.weight.compressed"), nullptr);
+  ok("verify --nm 2:4 s24.safetensors");
+  ok("unpack s24.safetensors back.safetensors");
+  const SafetensorsFile a = SafetensorsFile::open(path("masked.safetensors"));
+  const SafetensorsFile b = SafetensorsFile::open(path("back.safetensors"));
+  for (const auto& t : a.tensors()) {
+    const TensorInfo& u = b.at(t.name);
+    EXPECT_TRUE(std::equal(a.raw(t).begin(), a.raw(t).end(), b.raw(u).begin())) << t.name;
+  }
+}
+
+TEST_F(Cli, ShardedModels) {
+  small_model("sharded", "--shards 3");
+  ASSERT_TRUE(fs::exists(path("sharded/model.safetensors.index.json")));
+  ok("info sharded");
+  ok("mask --nm 2:4 sharded/model.safetensors.index.json masked -q");
+  ASSERT_TRUE(fs::exists(path("masked/model.safetensors.index.json")));
+  ok("verify --nm 2:4 masked");
+  ok("pack --nm 2:4 masked packed -q");
+  ok("unpack packed/model.safetensors.index.json unpacked -q");
+  const SafetensorsModel a = SafetensorsModel::open(path("masked"));
+  const SafetensorsModel b = SafetensorsModel::open(path("unpacked"));
+  EXPECT_EQ(b.shard_count(), 3u);
+  EXPECT_EQ(a.entries().size(), b.entries().size());
+  fails("mask --nm 2:4 sharded sharded", "holds the input model");
+}
+
+TEST_F(Cli, SelectionAndSkips) {
+  small_model("m.safetensors");
+  const Result r =
+      ok("mask --nm 2:4 m.safetensors o.safetensors --include 'q_proj|k_proj' "
+         "--exclude k_proj --json -");
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["masked"], 1);
+  fails("mask --nm 2:4 m.safetensors o2.safetensors --include '('", "invalid regex for --include");
+  fails("mask --nm 2:4 m.safetensors o2.safetensors --include nothing-matches",
+        "no tensor of 'm.safetensors' can be masked");
+}
+
+TEST_F(Cli, BadPatterns) {
+  small_model("m.safetensors");
+  fails("mask --nm 4:2 m.safetensors o.safetensors", "kept count n (4) exceeds group size m (2)");
+  fails("mask --nm 0:4 m.safetensors o.safetensors", "must be at least 1");
+  fails("mask --nm 2:128 m.safetensors o.safetensors", "group size m (128) must be in [1, 64]");
+  fails("mask --nm two:four m.safetensors o.safetensors", "malformed pattern 'two:four'");
+  fails("mask m.safetensors o.safetensors", "--nm is required");
+}
+
+TEST_F(Cli, BadPaths) {
+  small_model("m.safetensors");
+  fails("mask --nm 2:4 missing.safetensors o.safetensors", "missing.safetensors");
+  fails("mask --nm 2:4 m.safetensors m.safetensors", "is the input");
+  fails("mask --nm 2:4 m.safetensors ./m.safetensors", "is the input");
+  fails("mask --nm 2:4 m.safetensors no/such/dir/o.safetensors", "does not exist");
+  fs::create_directories(path("ro"));
+  fs::permissions(path("ro"), fs::perms::owner_read | fs::perms::owner_exec);
+  if (::geteuid() != 0) {  // root writes anywhere
+    fails("mask --nm 2:4 m.safetensors ro/o.safetensors", "ro");
+  }
+  fs::permissions(path("ro"), fs::perms::owner_all);
+  fails("mask --nm 2:4 m.safetensors ro", "is a directory");
+}
+
+// Writes a tiny model whose weight holds one non-finite value.
+void write_nonfinite(const fs::path& p, float bad) {
+  std::vector<float> w(8 * 8, 0.5f);
+  w[3 * 8 + 5] = bad;
+  std::vector<std::byte> bytes(w.size() * sizeof(float));
+  std::memcpy(bytes.data(), w.data(), bytes.size());
+  write_safetensors(p, {{{"layer.weight", DType::kF32, {8, 8}}, bytes}});
+}
+
+TEST_F(Cli, NonFiniteWeights) {
+  write_nonfinite(path("nan.safetensors"), std::nanf(""));
+  write_nonfinite(path("inf.safetensors"), std::numeric_limits<float>::infinity());
+  fails("mask --nm 2:4 nan.safetensors o.safetensors",
+        "tensor 'layer.weight' has a non-finite value (nan) at index [3, 5]");
+  fails("mask --nm 2:4 inf.safetensors o.safetensors", "at index [3, 5]");
+  fails("pack --nm 2:4 nan.safetensors o.safetensors", "--allow-nonfinite");
+  ok("mask --nm 2:4 nan.safetensors o.safetensors --allow-nonfinite -q");
+  ok("mask --nm 2:4 inf.safetensors i.safetensors --allow-nonfinite -q");
+  const SafetensorsFile f = SafetensorsFile::open(path("i.safetensors"));
+  EXPECT_TRUE(std::isinf(f.read_f32(f.at("layer.weight"))[3 * 8 + 5]));  // +-Inf is kept
+  const SafetensorsFile g = SafetensorsFile::open(path("o.safetensors"));
+  EXPECT_EQ(g.read_f32(g.at("layer.weight"))[3 * 8 + 5], 0.0f);  // NaN scores 0: pruned
+}
+
+// Every file of the corrupt corpus is refused by every command with a clear message.
+TEST_F(Cli, CorruptInputsAreRefused) {
+  const fs::path corpus = fs::path(NMS_TEST_DATA_DIR) / "safetensors" / "corrupt";
+  ASSERT_TRUE(fs::is_directory(corpus));
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(corpus)) {
+    if (e.path().extension() != ".safetensors") continue;
+    ++files;
+    const std::string in = "'" + e.path().string() + "'";
+    for (const std::string cmd :
+         {"info " + in, "mask --nm 2:4 " + in + " o.safetensors", "verify --nm 2:4 " + in}) {
+      const Result r = run(cmd);
+      EXPECT_EQ(r.status, 2) << cmd << "\n" << r.err;
+      EXPECT_NE(r.err.find("nmsparse: error:"), std::string::npos) << cmd << "\n" << r.err;
+      EXPECT_FALSE(fs::exists(path("o.safetensors")));
+    }
+  }
+  EXPECT_GE(files, 8);
+}
+
+}  // namespace
+}  // namespace nms

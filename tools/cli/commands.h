@@ -1,0 +1,16 @@
+// Subcommand registration. Each add_*_command adds one subcommand whose callback runs the command
+// and stores its exit status in `exit_code`; errors are thrown as nms::Error and reported by main.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace nms::cli {
+
+void add_info_command(CLI::App& app, int& exit_code);
+void add_mask_command(CLI::App& app, int& exit_code);
+void add_verify_command(CLI::App& app, int& exit_code);
+void add_pack_command(CLI::App& app, int& exit_code);
+void add_unpack_command(CLI::App& app, int& exit_code);
+void add_generate_command(CLI::App& app, int& exit_code);
+
+}  // namespace nms::cli
