@@ -1,5 +1,7 @@
 // The corrupt-file corpus (scripts/make_corrupt_safetensors.py): every file must be refused with
 // an nms::Error naming the file and the defect, through both open() and from_bytes().
+#include <sys/stat.h>
+
 #include <gtest/gtest.h>
 
 #include <map>
@@ -157,6 +159,13 @@ TEST(SafetensorsCorrupt, OpenReportsMissingFilesAndDirectories) {
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("is a directory"), std::string::npos) << e.what();
+  }
+  ASSERT_EQ(::mkfifo((dir / "fifo").c_str(), 0600), 0);
+  try {
+    (void)SafetensorsFile::open(dir / "fifo");  // must not block waiting for a writer
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is not a regular file"), std::string::npos) << e.what();
   }
   testing_io::write_text(dir / "zero.safetensors", "");
   EXPECT_THROW((void)SafetensorsFile::open(dir / "zero.safetensors"), Error);

@@ -12,8 +12,11 @@
 // Reader contract. SafetensorsFile::open / from_bytes validate the whole header before returning
 // and throw nms::Error (message: "<function>: <file>: <defect, with the offending value>") when
 //   - the file is shorter than 8 bytes, N > 100,000,000, or 8 + N exceeds the file size;
-//   - the header is not one strict JSON object starting with '{' (invalid UTF-8, syntax errors,
-//     trailing non-whitespace and duplicate keys at any level are all rejected);
+//   - the header is not one strict JSON object starting with '{' (invalid UTF-8, NUL bytes,
+//     syntax errors, trailing non-whitespace and duplicate keys at any level are all rejected;
+//     trailing JSON whitespace, i.e. the spaces writers pad with, is accepted; leading whitespace
+//     is refused, as the format says the header MUST begin with '{', although the Rust reference
+//     tolerates it);
 //   - a tensor name is empty, or an entry is not an object with exactly "dtype" (a supported name,
 //     see dtype.h), "shape" (array of non-negative integers whose product does not overflow
 //     int64) and "data_offsets" ([begin, end] non-negative integers, begin <= end);
