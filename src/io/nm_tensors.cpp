@@ -251,8 +251,7 @@ std::vector<Sparse24Entry> find_sparse24(const SafetensorsFile& file) {
 
 Sparse24Bitmask read_sparse24(const SafetensorsFile& file, const Sparse24Entry& e) {
   const auto [rows, cols] = read_shape_tensor(file, *e.shape, e.name);
-  NMS_CHECK(cols % 4 == 0, "sparse-24-bitmask tensor '", e.name, "': cols (", cols,
-            ") is not a multiple of 4");
+  NMS_CHECK(cols % 2 == 0, "sparse-24-bitmask tensor '", e.name, "': cols (", cols, ") is odd");
   const int64_t value_count = detail::mul_checked(rows, cols / 2, "compressed size");
   const int64_t mask_bytes = detail::mul_checked(rows, (cols + 7) / 8, "bitmask size");
   NMS_CHECK(dtype_is_float(e.compressed->dtype) && e.compressed->numel == value_count,

@@ -67,15 +67,16 @@ class Cli : public ::testing::Test {
     return r;
   }
 
-  // Runs a command that must fail with status 2, a message containing `fragment`, and no file
-  // left in the scratch directory except those present before.
+  // Runs a command that must fail with `status` (2: bad input; 1: verify violation), a message
+  // (stderr or stdout) containing `fragment`, and no file left in the scratch directory except
+  // those present before.
   void fails(const std::string& args, const std::string& fragment, int status = 2) {
     std::set<fs::path> before;
     for (const auto& e : fs::recursive_directory_iterator(dir_)) before.insert(e.path());
     const Result r = run(args);
     EXPECT_EQ(r.status, status) << args << "\nstderr: " << r.err;
-    EXPECT_NE(r.err.find(fragment), std::string::npos)
-        << args << "\nstderr: " << r.err << "\nexpected: " << fragment;
+    EXPECT_NE((r.err + r.out).find(fragment), std::string::npos)
+        << args << "\nstderr: " << r.err << "\nstdout: " << r.out << "\nexpected: " << fragment;
     for (const auto& e : fs::recursive_directory_iterator(dir_)) {
       EXPECT_TRUE(before.count(e.path())) << "left behind: " << e.path() << " by " << args;
     }
@@ -228,7 +229,8 @@ TEST_F(Cli, ShardedModels) {
   const SafetensorsModel b = SafetensorsModel::open(path("unpacked"));
   EXPECT_EQ(b.shard_count(), 3u);
   EXPECT_EQ(a.entries().size(), b.entries().size());
-  fails("mask --nm 2:4 sharded sharded", "holds the input model");
+  fails("mask --nm 2:4 sharded sharded", "is the input");
+  fails("mask --nm 2:4 sharded/model.safetensors.index.json sharded", "holds the input model");
 }
 
 TEST_F(Cli, SelectionAndSkips) {
