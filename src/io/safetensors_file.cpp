@@ -1,5 +1,9 @@
 // SafetensorsFile: ownership of the bytes (mapping or copy), lookup, and typed reads. The format
 // checks live in safetensors_format.cpp.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdint>
 #include <cstring>
 #include <utility>
 
@@ -88,6 +92,20 @@ std::span<const std::byte> SafetensorsFile::raw(const TensorInfo& info) const {
             path_.string(), ": tensor ", detail::quote_untrusted(info.name), " [", info.data_offset,
             ", +", info.byte_size, ") does not lie in this file (", bytes.size(), " bytes)");
   return bytes.subspan(info.data_offset, info.byte_size);
+}
+
+void SafetensorsFile::release(const TensorInfo& info) const {
+  if (storage_ == nullptr || !storage_->is_mapped) return;
+  const std::span<const std::byte> r = raw(info);
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(r.data());
+  const uintptr_t first = (begin + page - 1) / page * page;  // whole pages inside the tensor
+  const uintptr_t last = (begin + r.size()) / page * page;
+  if (last > first) {
+    // Advice only: the mapping stays valid and faults the pages back in from the file if read
+    // again. A failure changes nothing but memory use, so it is ignored.
+    madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+  }
 }
 
 std::vector<float> SafetensorsFile::read_f32(const TensorInfo& info) const {

@@ -137,14 +137,26 @@ Matrix read_matrix(const SafetensorsModel& model, const Candidate& c, bool allow
       }
     }
   }
+  file.release(*c.info);
   if (c.layout == MatrixLayout::kConv) tensor_to_matrix(dst, c.info->shape, c.layout, m.data());
   return m;
 }
 
-std::vector<float> matrix_to_tensor_order(const Matrix& matrix, const Candidate& c) {
-  std::vector<float> out(static_cast<size_t>(c.info->numel));
-  matrix_to_tensor(matrix.data(), c.info->shape, c.layout, out.data());
-  return out;
+void write_matrix(SafetensorsWriter& out, const Matrix& matrix, const Candidate& c) {
+  if (c.layout != MatrixLayout::kConv) {
+    out.write_f32(c.info->name,
+                  std::span<const float>(matrix.data(), static_cast<size_t>(matrix.size())));
+    return;
+  }
+  std::vector<float> ordered(static_cast<size_t>(c.info->numel));
+  matrix_to_tensor(matrix.data(), c.info->shape, c.layout, ordered.data());
+  out.write_f32(c.info->name, ordered);
+}
+
+void copy_tensor(SafetensorsWriter& out, const SafetensorsModel& model, const Candidate& c) {
+  const SafetensorsFile& file = model.shard(c.shard);
+  out.write(c.info->name, file.raw(*c.info));
+  file.release(*c.info);
 }
 
 void warn_skipped(const std::vector<Candidate>& candidates, bool quiet, const std::string& suffix) {

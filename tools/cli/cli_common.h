@@ -66,10 +66,14 @@ std::vector<Candidate> classify(const SafetensorsModel& model, const TensorSelec
                                 const NmPattern& pattern);
 
 // Reads a candidate as an fp32 matrix (conversions from F16/BF16/F64, NHWC reordering for conv).
-// Unless allow_nonfinite, a NaN or Inf throws naming the tensor and the element's index.
+// Unless allow_nonfinite, a NaN or Inf throws naming the tensor and the element's index. The
+// tensor's file pages are released afterwards, so streaming a model keeps one tensor resident.
 Matrix read_matrix(const SafetensorsModel& model, const Candidate& c, bool allow_nonfinite);
-// Inverse of read_matrix's reordering: the matrix back in the tensor's own element order.
-std::vector<float> matrix_to_tensor_order(const Matrix& matrix, const Candidate& c);
+// Writes `matrix` as the candidate's tensor (inverse of read_matrix's reordering, conversion to
+// the output spec's dtype).
+void write_matrix(SafetensorsWriter& out, const Matrix& matrix, const Candidate& c);
+// Copies a tensor's bytes unchanged to `out`, then releases its file pages.
+void copy_tensor(SafetensorsWriter& out, const SafetensorsModel& model, const Candidate& c);
 
 // Warns about every selected tensor that is not eligible. 1-D tensors (norms, biases) are summed
 // up in one line; the others get a line each. `suffix` is appended (e.g. " (copied unchanged)").

@@ -75,7 +75,7 @@ int run_mask(const MaskOptions& o) {
     progress.step(c.info->name);
     SafetensorsWriter& out = writer.shard(c.shard);
     if (!c.eligible) {
-      if (!o.write_masks) out.write(c.info->name, model.shard(c.shard).raw(*c.info));
+      if (!o.write_masks) copy_tensor(out, model, c);
       layers.push_back({{"name", c.info->name},
                         {"shape", c.info->shape},
                         {"status", c.selected ? "skipped" : "not-selected"},
@@ -97,16 +97,17 @@ int run_mask(const MaskOptions& o) {
     kept += layer_count;
     masked_elements += w.size();
     if (o.write_masks) {
-      Matrix bits(w.rows(), w.cols());
+      // BOOL output: 1 where kept. Reuses the masked weights' buffer as 0/1 floats for the
+      // reordering, then narrows to bytes.
       for (int64_t i = 0; i < w.rows(); ++i)
-        for (int64_t j = 0; j < w.cols(); ++j) bits(i, j) = mask.get(i, j) ? 1.0f : 0.0f;
-      const std::vector<float> ordered = matrix_to_tensor_order(bits, c);
+        for (int64_t j = 0; j < w.cols(); ++j) w(i, j) = mask.get(i, j) ? 1.0f : 0.0f;
+      std::vector<float> ordered(static_cast<size_t>(c.info->numel));
+      matrix_to_tensor(w.data(), c.info->shape, c.layout, ordered.data());
       std::vector<std::byte> bytes(ordered.size());
       for (size_t k = 0; k < ordered.size(); ++k) bytes[k] = std::byte{ordered[k] != 0.0f};
       out.write(c.info->name, bytes);
     } else {
-      const std::vector<float> ordered = matrix_to_tensor_order(w, c);
-      out.write_f32(c.info->name, ordered);
+      write_matrix(out, w, c);
     }
     table.add_row({c.info->name, shape_string(c.info->shape),
                    std::to_string(c.rows) + "x" + std::to_string(c.cols), format_fixed(density, 4),

@@ -100,7 +100,7 @@ int run_pack(const PackOptions& o) {
     progress.step(c.info->name);
     SafetensorsWriter& out = writer.shard(c.shard);
     if (!c.eligible) {
-      out.write(c.info->name, model.shard(c.shard).raw(*c.info));
+      copy_tensor(out, model, c);
       if (c.selected) {
         layers.push_back(
             {{"name", c.info->name}, {"status", "skipped"}, {"reason", c.skip_reason}});
@@ -257,6 +257,10 @@ int run_unpack(const UnpackOptions& o) {
       layers.push_back({{"name", job.s24->name}, {"from", "sparse-24-bitmask"}});
     } else {
       out.write(job.info->name, file.raw(*job.info));
+    }
+    for (const TensorInfo* part :
+         {job.info, job.nm ? job.nm->indices : nullptr, job.s24 ? job.s24->bitmask : nullptr}) {
+      if (part != nullptr) file.release(*part);
     }
   }
   writer.commit();

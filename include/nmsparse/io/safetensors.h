@@ -102,6 +102,10 @@ class SafetensorsFile {
   // F64/F32/F16/BF16 converted to float (numel values, row-major). F64 values beyond the float
   // range become +-Inf. Integer and BOOL dtypes throw nms::Error naming the dtype and tensor.
   std::vector<float> read_f32(const TensorInfo& info) const;
+  // Drops the tensor's pages from this process's resident memory (madvise MADV_DONTNEED on the
+  // mapping); a later read maps them in again from the file. Streaming tools call it after each
+  // tensor so that resident memory stays at one tensor, not the whole file. No-op for from_bytes().
+  void release(const TensorInfo& info) const;
   // As read_f32, into caller storage; dst.size() must equal info.numel.
   void read_f32_into(const TensorInfo& info, std::span<float> dst) const;
 
