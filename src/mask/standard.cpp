@@ -5,6 +5,11 @@
 #include <cstdint>
 #include <vector>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#include <xmmintrin.h>
+#endif
+
 #include "core/parallel.h"
 #include "mask/group_bits.h"
 
@@ -52,56 +57,160 @@ inline uint64_t group_topn_select(const float* s, int n, int m, std::vector<int>
   return bits;
 }
 
-// Scores of one row, transformed (identity or |.|) into a scratch buffer, with validation.
+#if defined(__SSE2__)
+// Groups of M in {4, 8, 16, 32} (any n) with SSE2, which every x86-64 CPU has, 4 groups per step.
+// The 4 groups' scores are transposed in 4 x 4 blocks so that lane g of vector k holds element k
+// of group g; the rank of element k is then M - 1 compares and adds over the other vectors, with
+// the lower-index tie rule in the choice of >= (l < k) or > (l > k). Keep flags are transposed
+// back and read out with movemask. Work per element: about 2(M - 1)/4 vector operations.
+// Single thread, 4096 x 4096 fp32 on the development machine (bench_mask_pack, BM_Mask): 2:4 went
+// from 1.4 GB/s (scalar rank counting per group) to 5.2 GB/s, 4:8 from 0.29 GB/s.
+//
+// Validation rides along: `invalid` collects "not >= 0" (negative or NaN) lanes, one OR per
+// vector, so no separate pass over the row is needed.
+template <bool kAbs, int M>
+int64_t mask_row_sse2(const float* row, int64_t cols, int n, uint64_t* words, bool& valid) {
+  static_assert(M % 4 == 0 && M <= 32);
+  const __m128 sign = _mm_set1_ps(-0.0f);
+  const __m128 zero = _mm_setzero_ps();
+  const __m128i minus_n = _mm_set1_epi32(-n);
+  __m128 invalid = _mm_setzero_ps();
+  int64_t j = 0;
+  for (; j + 4 * M <= cols; j += 4 * M) {
+    __m128 v[M];
+    for (int c = 0; c < M; c += 4) {
+      __m128 a = _mm_loadu_ps(row + j + c);
+      __m128 b = _mm_loadu_ps(row + j + M + c);
+      __m128 d = _mm_loadu_ps(row + j + 2 * M + c);
+      __m128 e = _mm_loadu_ps(row + j + 3 * M + c);
+      if (kAbs) {
+        a = _mm_andnot_ps(sign, a);
+        b = _mm_andnot_ps(sign, b);
+        d = _mm_andnot_ps(sign, d);
+        e = _mm_andnot_ps(sign, e);
+      }
+      invalid =
+          _mm_or_ps(invalid, _mm_or_ps(_mm_or_ps(_mm_cmpnge_ps(a, zero), _mm_cmpnge_ps(b, zero)),
+                                       _mm_or_ps(_mm_cmpnge_ps(d, zero), _mm_cmpnge_ps(e, zero))));
+      _MM_TRANSPOSE4_PS(a, b, d, e);
+      v[c] = a;
+      v[c + 1] = b;
+      v[c + 2] = d;
+      v[c + 3] = e;
+    }
+    __m128 keep[M];
+    for (int k = 0; k < M; ++k) {
+      __m128i minus_rank = _mm_setzero_si128();  // each compare adds -1 where l beats k
+      for (int l = 0; l < M; ++l) {
+        if (l == k) continue;
+        const __m128 beats = l < k ? _mm_cmpge_ps(v[l], v[k]) : _mm_cmpgt_ps(v[l], v[k]);
+        minus_rank = _mm_add_epi32(minus_rank, _mm_castps_si128(beats));
+      }
+      keep[k] = _mm_castsi128_ps(_mm_cmpgt_epi32(minus_rank, minus_n));  // rank < n
+    }
+    uint64_t bits[4] = {0, 0, 0, 0};
+    for (int c = 0; c < M; c += 4) {
+      _MM_TRANSPOSE4_PS(keep[c], keep[c + 1], keep[c + 2], keep[c + 3]);  // group-major again
+      for (int g = 0; g < 4; ++g) {
+        bits[g] |= static_cast<uint64_t>(_mm_movemask_ps(keep[c + g])) << c;
+      }
+    }
+    for (int g = 0; g < 4; ++g) detail::or_group_bits(words, j + g * M, M, bits[g]);
+  }
+  valid = _mm_movemask_ps(invalid) == 0;
+  return j;  // columns done; the caller validates and finishes the tail
+}
+#endif
+
+// True when every score of the row is valid: >= 0 after the transform (so neither negative nor
+// NaN). Branch-free, so the common all-valid row costs one streaming pass.
+template <bool kAbs>
+bool row_scores_valid(const float* row, int64_t cols) {
+  bool bad = false;
+  for (int64_t j = 0; j < cols; ++j) bad |= !((kAbs ? std::fabs(row[j]) : row[j]) >= 0.0f);
+  return !bad;
+}
+
+template <bool kAbs>
+[[noreturn]] void throw_invalid_score(const float* row, int64_t i, int64_t cols) {
+  for (int64_t j = 0; j < cols; ++j) {
+    if (kAbs) {
+      NMS_CHECK(!std::isnan(row[j]), "weight (", i, ", ", j, ") is NaN");
+    } else {
+      NMS_CHECK(row[j] >= 0.0f, "score (", i, ", ", j, ") is ", row[j],
+                "; scores must be non-negative and not NaN");
+    }
+  }
+  NMS_ASSERT(false, "row ", i, " was reported invalid but no invalid score was found");
+}
+
+// One row, groups of a compile-time M (0 = runtime m) from column j0 on.
+template <bool kAbs, int M>
+void mask_row_groups(const float* row, int64_t j0, int64_t cols, int n, int m, uint64_t* words,
+                     std::vector<int>& order) {
+  float s[kMaxGroupSize];
+  for (int64_t j = j0; j < cols; j += m) {
+    for (int k = 0; k < m; ++k) s[k] = kAbs ? std::fabs(row[j + k]) : row[j + k];
+    uint64_t bits;
+    if constexpr (M != 0) {
+      bits = group_topn_fixed<M>(s, n);
+    } else {
+      bits = m <= 16 ? group_topn_ranked(s, n, m) : group_topn_select(s, n, m, order);
+    }
+    detail::or_group_bits(words, j, m, bits);
+  }
+}
+
 template <bool kAbs>
 void mask_rows_impl(ConstMatrixViewF src, NmPattern pattern, BitMask& mask) {
   const int n = pattern.n;
   const int m = pattern.m;
-  const int64_t groups = src.cols() / m;
+  const int64_t cols = src.cols();
   const int64_t chunks = (src.rows() + kRowsPerChunk - 1) / kRowsPerChunk;
   detail::parallel_for(chunks, [&](int64_t chunk) {
-    std::vector<float> scores(static_cast<size_t>(src.cols()));
     std::vector<int> order;
     const int64_t i_end = std::min(src.rows(), (chunk + 1) * kRowsPerChunk);
     for (int64_t i = chunk * kRowsPerChunk; i < i_end; ++i) {
       const float* row = src.row(i);
-      bool bad = false;
-      for (int64_t j = 0; j < src.cols(); ++j) {
-        const float s = kAbs ? std::fabs(row[j]) : row[j];
-        bad |= !(s >= 0.0f);  // negative or NaN
-        scores[j] = s;
-      }
-      if (bad) {
-        for (int64_t j = 0; j < src.cols(); ++j) {
-          if (kAbs) {
-            NMS_CHECK(!std::isnan(row[j]), "weight (", i, ", ", j, ") is NaN");
-          } else {
-            NMS_CHECK(scores[j] >= 0.0f, "score (", i, ", ", j, ") is ", scores[j],
-                      "; scores must be non-negative and not NaN");
-          }
-        }
-      }
       uint64_t* words = mask.row_words(i);
-      const float* s = scores.data();
-      for (int64_t g = 0; g < groups; ++g, s += m) {
-        uint64_t bits;
-        switch (m) {
-          case 2:
-            bits = group_topn_fixed<2>(s, n);
-            break;
-          case 4:
-            bits = group_topn_fixed<4>(s, n);
-            break;
-          case 8:
-            bits = group_topn_fixed<8>(s, n);
-            break;
-          case 16:
-            bits = group_topn_fixed<16>(s, n);
-            break;
-          default:
-            bits = m <= 16 ? group_topn_ranked(s, n, m) : group_topn_select(s, n, m, order);
-        }
-        detail::or_group_bits(words, g * m, m, bits);
+      int64_t done = 0;  // columns validated and masked by a vector path
+      bool valid = true;
+#if defined(__SSE2__)
+      switch (m) {
+        case 4:
+          done = mask_row_sse2<kAbs, 4>(row, cols, n, words, valid);
+          break;
+        case 8:
+          done = mask_row_sse2<kAbs, 8>(row, cols, n, words, valid);
+          break;
+        case 16:
+          done = mask_row_sse2<kAbs, 16>(row, cols, n, words, valid);
+          break;
+        case 32:
+          done = mask_row_sse2<kAbs, 32>(row, cols, n, words, valid);
+          break;
+        default:
+          break;
+      }
+#endif
+      if (!valid || !row_scores_valid<kAbs>(row + done, cols - done)) {
+        throw_invalid_score<kAbs>(row, i, cols);
+      }
+      switch (m) {
+        case 2:
+          mask_row_groups<kAbs, 2>(row, 0, cols, n, m, words, order);
+          break;
+        case 4:
+          mask_row_groups<kAbs, 4>(row, done, cols, n, m, words, order);
+          break;
+        case 8:
+          mask_row_groups<kAbs, 8>(row, done, cols, n, m, words, order);
+          break;
+        case 16:
+          mask_row_groups<kAbs, 16>(row, done, cols, n, m, words, order);
+          break;
+        default:  // m == 32 resumes after its vector path; other m start at 0
+          mask_row_groups<kAbs, 0>(row, done, cols, n, m, words, order);
       }
     }
   });

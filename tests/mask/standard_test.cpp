@@ -96,6 +96,24 @@ TEST(MaskNmRows, ClearErrors) {
       "must be non-negative");  // raw scores may not be negative
 }
 
+// The m = 4 vector path validates inside its loop: invalid values deep inside a wide row, and in
+// its scalar tail, are still found and located.
+TEST(MaskNmRows, InvalidValuesFoundInVectorPathAndTail) {
+  for (const NmPattern p : {NmPattern{2, 4}, NmPattern{1, 4}, NmPattern{3, 4}}) {
+    for (const int64_t col : {37, 63, 66}) {  // 66 lies in the tail of a 68-wide row
+      Matrix w = testing::random_matrix(3, 68, 11);
+      w(1, col) = std::nanf("");
+      expect_error([&] { mask_nm_magnitude(w.view(), p); },
+                   "weight (1, " + std::to_string(col) + ") is NaN");
+      w(1, col) = -0.5f;
+      for (int64_t k = 0; k < w.size(); ++k) w.data()[k] = std::fabs(w.data()[k]);
+      w(1, col) = -0.5f;
+      expect_error([&] { mask_nm_rows(w.view(), p); },
+                   "score (1, " + std::to_string(col) + ") is -0.5");
+    }
+  }
+}
+
 TEST(ApplyMask, ZeroesPrunedAsPositiveZero) {
   Matrix w = testing::random_matrix(4, 8, 2);
   w(0, 0) = -0.0f;
