@@ -72,19 +72,14 @@ int run_verify(const VerifyOptions& o) {
     }
     double mass = -1.0;
     if (dense) {
-      const TensorInfo* info = nullptr;
-      size_t shard = 0;
-      for (const auto& e : dense->entries()) {
-        if (e.info->name == t.name) {
-          info = e.info;
-          shard = e.shard;
-        }
-      }
-      NMS_CHECK(info != nullptr, "tensor '", t.name, "' is not in the dense model '", o.dense, "'");
+      const auto entry = dense->find(t.name);
+      NMS_CHECK(entry.has_value(), "tensor '", t.name, "' is not in the dense model '", o.dense,
+                "'");
+      const TensorInfo* info = entry->info;
       NMS_CHECK(info->shape == t.shape, "tensor '", t.name, "' has shape ", shape_string(t.shape),
                 " but ", shape_string(info->shape), " in the dense model");
       Candidate dc;
-      dc.shard = shard;
+      dc.shard = entry->shard;
       dc.info = info;
       const auto ms = tensor_matrix_shape(info->shape);
       dc.layout = ms->layout;
@@ -134,6 +129,8 @@ int run_verify(const VerifyOptions& o) {
       if (!selector.selected(e.name)) continue;
       check({e.name, e.meta.tensor_shape, "packed " + e.meta.pattern.to_string(),
              nm_decompress(read_packed_nm(file, e))});
+      file.release(*e.values);
+      file.release(*e.indices);
     }
     for (const auto& e : find_sparse24(file)) {
       parts.insert(e.compressed->name);
@@ -141,6 +138,8 @@ int run_verify(const VerifyOptions& o) {
       parts.insert(e.shape->name);
       if (!selector.selected(e.name)) continue;
       const Sparse24Bitmask sb = read_sparse24(file, e);
+      file.release(*e.compressed);
+      file.release(*e.bitmask);
       check({e.name, {sb.rows, sb.cols}, "sparse-24-bitmask", sparse24_to_dense(sb)});
     }
   }
