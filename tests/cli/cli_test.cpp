@@ -260,13 +260,11 @@ TEST_F(Cli, BadPaths) {
   fails("mask --nm 2:4 m.safetensors m.safetensors", "is the input");
   fails("mask --nm 2:4 m.safetensors ./m.safetensors", "is the input");
   fails("mask --nm 2:4 m.safetensors no/such/dir/o.safetensors", "does not exist");
-  fs::create_directories(path("ro"));
-  fs::permissions(path("ro"), fs::perms::owner_read | fs::perms::owner_exec);
-  if (::geteuid() != 0) {  // root writes anywhere
-    fails("mask --nm 2:4 m.safetensors ro/o.safetensors", "ro");
-  }
-  fs::permissions(path("ro"), fs::perms::owner_all);
-  fails("mask --nm 2:4 m.safetensors ro", "is a directory");
+  // /proc refuses new files even to root (CI runs as root, so a chmod'ed directory would not do).
+  fails("mask --nm 2:4 m.safetensors /proc/nmsparse-test.safetensors",
+        "/proc/nmsparse-test.safetensors");
+  fs::create_directories(path("dir"));
+  fails("mask --nm 2:4 m.safetensors dir", "is a directory");
 }
 
 // Writes a tiny model whose weight holds one non-finite value.
