@@ -300,7 +300,7 @@ TEST_F(Cli, CorruptInputsAreRefused) {
     if (e.path().extension() != ".safetensors") continue;
     ++files;
     const std::string in = "'" + e.path().string() + "'";
-    for (const std::string cmd :
+    for (const std::string& cmd :
          {"info " + in, "mask --nm 2:4 " + in + " o.safetensors", "verify --nm 2:4 " + in}) {
       const Result r = run(cmd);
       EXPECT_EQ(r.status, 2) << cmd << "\n" << r.err;
