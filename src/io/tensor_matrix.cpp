@@ -54,30 +54,37 @@ std::optional<TensorMatrixShape> tensor_matrix_shape(const std::vector<int64_t>&
   return TensorMatrixShape{MatrixLayout::kConv, shape[0], shape[0] == 0 ? 0 : numel / shape[0]};
 }
 
-void tensor_to_matrix(const float* src, const std::vector<int64_t>& shape, MatrixLayout layout,
-                      float* dst) {
+namespace {
+
+// The conv permutation and its inverse: tensor index (o, c, s) <-> matrix index (o, s, c).
+void reorder(const float* src, const std::vector<int64_t>& shape, MatrixLayout layout, float* dst,
+             bool to_matrix) {
   if (layout != MatrixLayout::kConv) {
     std::copy(src, src + numel_of(shape), dst);
     return;
   }
   const ConvDims d = conv_dims(shape);
-  for (int64_t o = 0; o < d.cout; ++o)
-    for (int64_t c = 0; c < d.cin; ++c)
-      for (int64_t s = 0; s < d.spatial; ++s)
-        dst[(o * d.spatial + s) * d.cin + c] = src[(o * d.cin + c) * d.spatial + s];
+  for (int64_t o = 0; o < d.cout; ++o) {
+    for (int64_t c = 0; c < d.cin; ++c) {
+      for (int64_t s = 0; s < d.spatial; ++s) {
+        const int64_t t = (o * d.cin + c) * d.spatial + s;
+        const int64_t m = (o * d.spatial + s) * d.cin + c;
+        dst[to_matrix ? m : t] = src[to_matrix ? t : m];
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void tensor_to_matrix(const float* src, const std::vector<int64_t>& shape, MatrixLayout layout,
+                      float* dst) {
+  reorder(src, shape, layout, dst, /*to_matrix=*/true);
 }
 
 void matrix_to_tensor(const float* src, const std::vector<int64_t>& shape, MatrixLayout layout,
                       float* dst) {
-  if (layout != MatrixLayout::kConv) {
-    std::copy(src, src + numel_of(shape), dst);
-    return;
-  }
-  const ConvDims d = conv_dims(shape);
-  for (int64_t o = 0; o < d.cout; ++o)
-    for (int64_t c = 0; c < d.cin; ++c)
-      for (int64_t s = 0; s < d.spatial; ++s)
-        dst[(o * d.cin + c) * d.spatial + s] = src[(o * d.spatial + s) * d.cin + c];
+  reorder(src, shape, layout, dst, /*to_matrix=*/false);
 }
 
 }  // namespace nms

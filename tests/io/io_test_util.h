@@ -8,10 +8,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <span>
 #include <string>
 #include <vector>
+
+#include "nmsparse/core/error.h"
 
 namespace nms::testing_io {
 
@@ -76,6 +79,20 @@ inline void write_file(const std::filesystem::path& path, std::span<const uint8_
 inline void write_text(const std::filesystem::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << text;
+}
+
+// The message of the nms::Error that f throws, or "<no error>".
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+inline bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
 }
 
 }  // namespace nms::testing_io

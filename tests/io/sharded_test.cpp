@@ -10,22 +10,11 @@
 namespace nms {
 namespace {
 
+using testing_io::contains;
+using testing_io::error_of;
 using testing_io::ScratchDir;
 using testing_io::to_bytes;
 using testing_io::write_text;
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
-
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
 
 // Two shards + index in `dir`: shard 1 holds a, b; shard 2 holds c.
 void write_two_shards(const ScratchDir& dir) {

@@ -16,21 +16,10 @@
 namespace nms {
 namespace {
 
+using testing_io::contains;
+using testing_io::error_of;
 using testing_io::ScratchDir;
 using testing_io::to_bytes;
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
-
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
 
 TEST(SafetensorsWriter, TempFileIsNamedAfterTheDestinationAndRemovedWithoutCommit) {
   ScratchDir dir;
