@@ -101,8 +101,8 @@ PackedNmMeta parse_packed_nm_metadata(std::string_view text, std::string_view na
   NMS_CHECK(bits == meta.pattern.index_bits(), "packed tensor '", name, "': index_bits ", bits,
             " does not match m = ", m, " (expected ", meta.pattern.index_bits(), ")");
   const auto dtype = dtype_from_name(json_string(j, "dtype", name));
-  NMS_CHECK(dtype && (*dtype == DType::kF32 || *dtype == DType::kF16 || *dtype == DType::kBF16),
-            "packed tensor '", name, "': values dtype must be F32, F16 or BF16");
+  NMS_CHECK(dtype && dtype_is_float(*dtype), "packed tensor '", name,
+            "': values dtype must be F32, F16, BF16 or F64");
   meta.dtype = *dtype;
   meta.tensor_shape = json_shape(j, "tensor_shape", name);
   const auto layout = layout_from_name(json_string(j, "layout", name));
@@ -214,6 +214,25 @@ std::pair<int64_t, int64_t> read_shape_tensor(const SafetensorsFile& file, const
   return {dims[0], dims[1]};
 }
 
+// Reads the dense shape into `e` and checks the parts' dtypes and sizes against it.
+void check_sparse24_parts(const SafetensorsFile& file, Sparse24Entry& e) {
+  const auto [rows, cols] = read_shape_tensor(file, *e.shape, e.name);
+  e.rows = rows;
+  e.cols = cols;
+  NMS_CHECK(cols % 2 == 0, "sparse-24-bitmask tensor '", e.name, "': cols (", cols, ") is odd");
+  const int64_t value_count = detail::mul_checked(rows, cols / 2, "compressed size");
+  const int64_t mask_bytes = detail::mul_checked(rows, (cols + 7) / 8, "bitmask size");
+  NMS_CHECK(dtype_is_float(e.compressed->dtype) && e.compressed->numel == value_count,
+            "sparse-24-bitmask tensor '", e.name, "': '", e.compressed->name, "' must hold ",
+            value_count, " float values for shape [", rows, ", ", cols, "], not ",
+            e.compressed->numel, " of ", dtype_name(e.compressed->dtype));
+  NMS_CHECK((e.bitmask->dtype == DType::kU8 || e.bitmask->dtype == DType::kI8 ||
+             e.bitmask->dtype == DType::kBool) &&
+                e.bitmask->numel == mask_bytes,
+            "sparse-24-bitmask tensor '", e.name, "': '", e.bitmask->name, "' must hold ",
+            mask_bytes, " bytes for shape [", rows, ", ", cols, "]");
+}
+
 }  // namespace
 
 std::vector<Sparse24Entry> find_sparse24(const SafetensorsFile& file) {
@@ -236,6 +255,7 @@ std::vector<Sparse24Entry> find_sparse24(const SafetensorsFile& file) {
     NMS_CHECK(e.bitmask != nullptr && e.shape != nullptr, "sparse-24-bitmask tensor '", *base,
               "' has '", t.name, "' but lacks '", *base, e.bitmask ? kShape : kBitmask, "' in ",
               file.path().string());
+    check_sparse24_parts(file, e);
     out.push_back(e);
   }
   // A lone .bitmask next to a .shape with no .compressed is a broken triple too.
@@ -250,22 +270,9 @@ std::vector<Sparse24Entry> find_sparse24(const SafetensorsFile& file) {
 }
 
 Sparse24Bitmask read_sparse24(const SafetensorsFile& file, const Sparse24Entry& e) {
-  const auto [rows, cols] = read_shape_tensor(file, *e.shape, e.name);
-  NMS_CHECK(cols % 2 == 0, "sparse-24-bitmask tensor '", e.name, "': cols (", cols, ") is odd");
-  const int64_t value_count = detail::mul_checked(rows, cols / 2, "compressed size");
-  const int64_t mask_bytes = detail::mul_checked(rows, (cols + 7) / 8, "bitmask size");
-  NMS_CHECK(dtype_is_float(e.compressed->dtype) && e.compressed->numel == value_count,
-            "sparse-24-bitmask tensor '", e.name, "': '", e.compressed->name, "' must hold ",
-            value_count, " float values for shape [", rows, ", ", cols, "], not ",
-            e.compressed->numel, " of ", dtype_name(e.compressed->dtype));
-  NMS_CHECK((e.bitmask->dtype == DType::kU8 || e.bitmask->dtype == DType::kI8 ||
-             e.bitmask->dtype == DType::kBool) &&
-                e.bitmask->numel == mask_bytes,
-            "sparse-24-bitmask tensor '", e.name, "': '", e.bitmask->name, "' must hold ",
-            mask_bytes, " bytes for shape [", rows, ", ", cols, "]");
   Sparse24Bitmask s;
-  s.rows = rows;
-  s.cols = cols;
+  s.rows = e.rows;
+  s.cols = e.cols;
   s.compressed = file.read_f32(*e.compressed);
   const auto raw = file.raw(*e.bitmask);
   s.bitmask.resize(raw.size());

@@ -299,7 +299,7 @@ TEST_F(Cli, CorruptInputsAreRefused) {
   for (const auto& e : fs::directory_iterator(corpus)) {
     if (e.path().extension() != ".safetensors") continue;
     ++files;
-    const std::string in = "'" + e.path().string() + "'";
+    const std::string in = std::string("'").append(e.path().string()).append("'");
     for (const std::string& cmd :
          {"info " + in, "mask --nm 2:4 " + in + " o.safetensors", "verify --nm 2:4 " + in}) {
       const Result r = run(cmd);

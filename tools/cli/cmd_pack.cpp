@@ -79,7 +79,7 @@ int run_pack(const PackOptions& o) {
     meta.axis = *axis;
     meta.rows = c.rows;
     meta.cols = c.cols;
-    meta.dtype = c.info->dtype == DType::kF64 ? DType::kF32 : c.info->dtype;
+    meta.dtype = c.info->dtype;
     meta.tensor_shape = c.info->shape;
     meta.layout = c.layout;
     for (auto& spec : packed_nm_specs(c.info->name, meta)) plan.push_back({c.shard, spec});
@@ -219,8 +219,7 @@ int run_unpack(const UnpackOptions& o) {
         ++unpacked;
       } else if (auto it2 = s24_by_part.find(t.name); it2 != s24_by_part.end()) {
         job.s24 = it2->second;
-        const Sparse24Bitmask sb = read_sparse24(file, *job.s24);  // validates before writing
-        plan.push_back({s, {job.s24->name, t.dtype, {sb.rows, sb.cols}}});
+        plan.push_back({s, {job.s24->name, t.dtype, {job.s24->rows, job.s24->cols}}});
         ++unpacked;
       } else {
         plan.push_back({s, {t.name, t.dtype, t.shape}});

@@ -1,7 +1,7 @@
 // Compressed N:M tensors inside safetensors files (the spec is docs/format.md, "In safetensors").
 //
 // A packed tensor `<name>` is stored as
-//   <name>.values    [value_rows, value_cols], dtype F32, F16 or BF16 (the source dtype)
+//   <name>.values    [value_rows, value_cols], dtype F32, F16, BF16 or F64 (the source dtype)
 //   <name>.indices   U8 [index_bytes], the packed index stream of CompressedNm
 //   __metadata__["nmsparse.<name>"] = {"format": "nmsparse-nm", "version": 1, "n": 2, "m": 4,
 //       "axis": "rows", "shape": [R, C], "index_bits": 2, "dtype": "F32",
@@ -64,8 +64,11 @@ struct Sparse24Entry {
   const TensorInfo* compressed = nullptr;
   const TensorInfo* bitmask = nullptr;
   const TensorInfo* shape = nullptr;
+  int64_t rows = 0;  // the dense shape, read from <name>.shape
+  int64_t cols = 0;
 };
-// Every `<name>.compressed` with its `.bitmask` and `.shape` (a partial triple is an error).
+// Every `<name>.compressed` with its `.bitmask` and `.shape` (a partial triple is an error), with
+// the dense shape read and the parts' sizes checked against it.
 std::vector<Sparse24Entry> find_sparse24(const SafetensorsFile& file);
 Sparse24Bitmask read_sparse24(const SafetensorsFile& file, const Sparse24Entry& entry);
 std::vector<TensorSpec> sparse24_specs(std::string_view name, int64_t rows, int64_t cols,
