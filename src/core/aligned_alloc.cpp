@@ -10,7 +10,7 @@
 
 namespace nms::detail {
 
-void* aligned_zeroed_alloc(size_t bytes) {
+void* aligned_alloc_bytes(size_t bytes, bool zeroed) {
   if (bytes == 0) return nullptr;
   constexpr size_t kHugePage = size_t{2} << 20;
   const size_t alignment = bytes >= kHugePage ? kHugePage : kBufferAlignment;
@@ -20,7 +20,7 @@ void* aligned_zeroed_alloc(size_t bytes) {
 #ifdef __linux__
   if (alignment == kHugePage) madvise(p, rounded, MADV_HUGEPAGE);  // advice only; errors ignored
 #endif
-  std::memset(p, 0, rounded);
+  if (zeroed) std::memset(p, 0, rounded);
   return p;
 }
 

@@ -176,7 +176,7 @@ void prepare(CompressedNm& c, int64_t rows, int64_t cols, NmPattern pattern, NmA
                                              pattern.to_string(), " along axis ", axis_name(axis)));
   }
   const int64_t values = detail::mul_checked(c.value_rows(), c.value_cols(), "compressed values");
-  if (c.values.size() != values) c.values.resize(values);
+  if (c.values.size() != values) c.values.resize_for_overwrite(values);  // packers write all
   if (c.indices.size() != c.index_bytes()) {
     c.indices.resize(c.index_bytes());
   } else if (axis == NmAxis::kCols && !c.indices.empty()) {

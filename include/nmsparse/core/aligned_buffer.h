@@ -19,11 +19,11 @@ namespace nms {
 inline constexpr size_t kBufferAlignment = 64;
 
 namespace detail {
-// Zeroed memory aligned to kBufferAlignment (nullptr for 0 bytes; throws std::bad_alloc). Blocks
-// of 2 MiB and more are 2 MiB aligned and advised as transparent huge pages: zero-filling a fresh
-// 36 MB buffer (a packed 4096 x 4096 matrix) took 31 ms with 4 KiB page faults and 5.8 ms with
-// huge pages on the Zen 4 development machine. Release with std::free.
-void* aligned_zeroed_alloc(size_t bytes);
+// Memory aligned to kBufferAlignment, zeroed if asked (nullptr for 0 bytes; throws
+// std::bad_alloc). Blocks of 2 MiB and more are 2 MiB aligned and advised as transparent huge
+// pages: zero-filling a fresh 36 MB buffer (a packed 4096 x 4096 matrix) took 31 ms with 4 KiB page
+// faults and 5.8 ms with huge pages on the Zen 4 development machine. Release with std::free.
+void* aligned_alloc_bytes(size_t bytes, bool zeroed);
 }  // namespace detail
 
 template <class T>
@@ -35,13 +35,10 @@ class AlignedBuffer {
   explicit AlignedBuffer(int64_t count) { resize(count); }
 
   // Reallocates to `count` zeroed elements (previous contents are discarded).
-  void resize(int64_t count) {
-    NMS_CHECK(count >= 0, "negative element count (", count, ")");
-    const int64_t bytes =
-        detail::mul_checked(count, static_cast<int64_t>(sizeof(T)), "buffer size");
-    data_.reset(static_cast<T*>(detail::aligned_zeroed_alloc(static_cast<size_t>(bytes))));
-    size_ = count;
-  }
+  void resize(int64_t count) { allocate(count, /*zeroed=*/true); }
+  // Reallocates to `count` elements with unspecified contents, for a caller that overwrites every
+  // element: skips the zero-fill pass over the whole buffer.
+  void resize_for_overwrite(int64_t count) { allocate(count, /*zeroed=*/false); }
 
   AlignedBuffer(AlignedBuffer&&) noexcept = default;
   AlignedBuffer& operator=(AlignedBuffer&&) noexcept = default;
@@ -66,6 +63,14 @@ class AlignedBuffer {
   const T* end() const { return data() + size_; }
 
  private:
+  void allocate(int64_t count, bool zeroed) {
+    NMS_CHECK(count >= 0, "negative element count (", count, ")");
+    const int64_t bytes =
+        detail::mul_checked(count, static_cast<int64_t>(sizeof(T)), "buffer size");
+    data_.reset(static_cast<T*>(detail::aligned_alloc_bytes(static_cast<size_t>(bytes), zeroed)));
+    size_ = count;
+  }
+
   struct Free {
     void operator()(T* p) const { std::free(p); }
   };
