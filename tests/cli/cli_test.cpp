@@ -84,8 +84,9 @@ class Cli : public ::testing::Test {
 
   fs::path path(const std::string& name) const { return dir_ / name; }
 
-  void small_model(const std::string& name, const std::string& extra = "") {
-    ok("generate " + name + " --layers 1 --hidden 64 --intermediate 128 --vocab 96 -q " + extra);
+  void small_model(const std::string& name, const std::string& extra = "", int vocab = 96) {
+    ok("generate " + name + " --layers 1 --hidden 64 --intermediate 128 -q --vocab " +
+       std::to_string(vocab) + " " + extra);
   }
 
   fs::path dir_;
@@ -158,8 +159,16 @@ TEST_F(Cli, MaskThenVerify) {
     const auto y = out.read_f32(b);
     for (size_t k = 0; k < x.size(); ++k) ASSERT_TRUE(y[k] == 0.0f || y[k] == x[k]) << name;
   }
-  // The conv layer is masked along Cin innermost (NHWC): verify reads it the same way.
-  fails("verify --nm 2:4 --transposable out.safetensors --include q_proj", "FAIL", 1);
+  fails("verify --nm 2:4 --transposable out.safetensors --include q_proj", "FAIL: column", 1);
+  // 8:16 --transposable: the 128-row conv is checked, a 104-row embedding is skipped, not failed.
+  small_model("m104.safetensors", "", 104);
+  ok("mask --nm 8:16 m104.safetensors o816.safetensors -q");
+  const Result t =
+      run("verify --nm 8:16 --transposable o816.safetensors --include 'embed|conv' --json -");
+  EXPECT_EQ(t.status, 1);
+  const auto tj = nlohmann::json::parse(t.out);
+  EXPECT_EQ(tj["skipped"], 2);  // the embedding and the 1-D conv bias
+  EXPECT_EQ(tj["failed"], 1);
 }
 
 TEST_F(Cli, WriteMasks) {

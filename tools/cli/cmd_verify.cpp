@@ -54,13 +54,18 @@ int run_verify(const VerifyOptions& o) {
 
   auto check = [&](Checked t) {
     const NmVerifyReport r = verify_nm(t.matrix.view(), pattern);
-    bool ok = r.rows_valid();
-    std::string why;
-    if (!r.rows_applicable) why = "cols not a multiple of m";
-    if (o.transposable) {
-      ok = ok && r.cols_valid();
-      if (!r.cols_applicable) why = "rows (" + std::to_string(r.rows) + ") not a multiple of m";
+    if (o.transposable && !r.cols_applicable) {  // like a non-divisible dim: skipped, listed
+      const std::string reason = "rows (" + std::to_string(r.rows) + ") not a multiple of m (" +
+                                 std::to_string(pattern.m) + ") for --transposable";
+      if (!o.common.quiet) {
+        std::fprintf(stderr, "warning: skipping '%s': %s\n", t.name.c_str(), reason.c_str());
+      }
+      ++skipped;
+      layers.push_back({{"name", t.name}, {"status", "skipped"}, {"reason", reason}});
+      return;
     }
+    const bool ok = r.rows_valid() && (!o.transposable || r.cols_valid());
+    std::string why;
     if (!r.rows_valid() && r.rows_applicable) {
       why = "row " + std::to_string(r.first_row_violation.row) + " keeps " +
             std::to_string(r.first_row_violation.kept) + " in the group at column " +
