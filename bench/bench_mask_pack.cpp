@@ -67,6 +67,36 @@ void BM_MaskPackReuse(benchmark::State& state) {
   set_bytes(state, w);
 }
 
+// Packing alone into reused buffers: from the mask (nm_compress_masked_into) and from a matrix
+// whose zeros are the pruned entries (nm_compress_into).
+void BM_PackMaskedReuse(benchmark::State& state) {
+  set_num_threads(1);
+  const NmPattern p =
+      NmPattern::make(static_cast<int>(state.range(1)), static_cast<int>(state.range(2)));
+  const Matrix w = random_matrix(state.range(0), state.range(0));
+  const BitMask mask = mask_nm_magnitude(w.view(), p);
+  CompressedNm packed;
+  for (auto _ : state) {
+    nm_compress_masked_into(w.view(), mask, p, NmAxis::kRows, packed);
+    benchmark::DoNotOptimize(packed.values.data());
+  }
+  set_bytes(state, w);
+}
+
+void BM_PackReuse(benchmark::State& state) {
+  set_num_threads(1);
+  const NmPattern p =
+      NmPattern::make(static_cast<int>(state.range(1)), static_cast<int>(state.range(2)));
+  Matrix w = random_matrix(state.range(0), state.range(0));
+  apply_mask(w.view(), mask_nm_magnitude(w.view(), p));
+  CompressedNm packed;
+  for (auto _ : state) {
+    nm_compress_into(w.view(), p, NmAxis::kRows, packed);
+    benchmark::DoNotOptimize(packed.values.data());
+  }
+  set_bytes(state, w);
+}
+
 void BM_Copy(benchmark::State& state) {
   const Matrix w = random_matrix(state.range(0), state.range(0));
   Matrix dst(w.rows(), w.cols());
@@ -86,6 +116,8 @@ BENCHMARK(BM_Copy)->Arg(4096)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Mask)->Apply(patterns)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_MaskPack)->Apply(patterns)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_MaskPackReuse)->Apply(patterns)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PackMaskedReuse)->Apply(patterns)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PackReuse)->Apply(patterns)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace nms
