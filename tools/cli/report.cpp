@@ -65,7 +65,7 @@ void Progress::step(const std::string& label) {
   const int filled = static_cast<int>(kWidth * done_ / total_);
   std::string shown = label.size() > 48 ? "..." + label.substr(label.size() - 45) : label;
   std::fprintf(stderr, "\r\033[K[%s%s] %lld/%lld %s", std::string(filled, '#').c_str(),
-               std::string(kWidth - filled, '.').c_str(), static_cast<long long>(done_ + 1),
+               std::string(kWidth - filled, '.').c_str(), static_cast<long long>(done_) + 1,
                static_cast<long long>(total_), shown.c_str());
   std::fflush(stderr);
   ++done_;
