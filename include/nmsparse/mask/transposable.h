@@ -1,0 +1,62 @@
+// Transposable N:M masks: at most n kept in every row AND every column of each m x m tile of a
+// score matrix, so that both W and W^T are N:M (the backward-data GEMM dX = dY W can run sparse).
+//
+// Problem per tile A (m x m, scores >= 0):
+//   maximise sum_ij S_ij A_ij  subject to  S in {0,1}^{m x m},  S 1 = n 1,  S^T 1 = n 1.
+// The constraint matrix is totally unimodular (bipartite b-matching), so the LP relaxation has an
+// integral optimum. Exact solvers optimise this "= n" problem; validity is "<= n" (heuristics
+// may keep fewer). Tiles are m consecutive rows x m consecutive columns; rows and cols must both
+// be multiples of m.
+//
+// Solvers (one source file each, with the maths, invariants and complexity in its header
+// comment): exact (min-cost flow specialised to dense tiles; 2:4 by exhaustive search over the
+// 90 valid patterns), greedy (the 2-approximation, two orders) and entropic (TSENOR-style
+// entropy-regularised optimal transport, log-domain Dykstra, rounding, local search, repair).
+// Every solver is parallel over tiles, deterministic for any thread count, and its result can be
+// checked independently with check_transposable_result.
+//
+// Scores must be finite and non-negative (|W|, Wanda's |W|*||X_j||, ...); anything else is an
+// nms::Error naming the element.
+#pragma once
+
+#include <cstdint>
+
+#include "nmsparse/core/bit_mask.h"
+#include "nmsparse/core/matrix_view.h"
+#include "nmsparse/core/nm_pattern.h"
+
+namespace nms {
+
+enum class SolveStatus {
+  kOptimal,       // every tile solved to proven optimality of the "= n" problem
+  kFeasible,      // valid (<= n everywhere) but not proven optimal
+  kNotConverged,  // an iterative solver hit its iteration limit; the mask is still valid
+};
+
+struct TransposableStats {
+  SolveStatus status = SolveStatus::kFeasible;
+  double objective = 0.0;  // sum of kept scores, accumulated in double
+  int64_t tiles = 0;
+  int64_t tiles_exactly_n = 0;  // tiles whose every row and column keeps exactly n
+  int64_t iterations = 0;       // solver-specific (augmentations, Dykstra sweeps, swaps), summed
+};
+
+struct TransposableResult {
+  BitMask mask;
+  TransposableStats stats;
+};
+
+// Throws unless rows % m == 0, cols % m == 0, the pattern is valid, and every score is finite and
+// non-negative.
+void check_transposable_input(ConstMatrixViewF scores, NmPattern pattern);
+
+// Sum of scores(i, j) over the set bits of `mask`, in double.
+double mask_score(ConstMatrixViewF scores, const BitMask& mask);
+
+// Independent self-check: shape, <= n per tile row and column (== n when require_exactly_n),
+// stats.tiles_exactly_n and stats.objective recomputed (relative tolerance 1e-9). Throws
+// nms::Error describing the first discrepancy.
+void check_transposable_result(ConstMatrixViewF scores, NmPattern pattern,
+                               const TransposableResult& result, bool require_exactly_n);
+
+}  // namespace nms
