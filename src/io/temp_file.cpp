@@ -6,12 +6,15 @@
 
 #include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <utility>
 
 #include "nmsparse/core/error.h"
+#include "nmsparse/io/atomic_file.h"
 
 namespace nms::detail {
 namespace {
@@ -21,6 +24,55 @@ std::atomic<uint64_t> g_temp_counter{0};
 std::filesystem::path directory_of(const std::filesystem::path& path) {
   std::filesystem::path dir = path.parent_path();
   return dir.empty() ? std::filesystem::path(".") : dir;
+}
+
+}  // namespace
+
+// Temporary files of uncommitted outputs, for the interrupt handler (install_interrupt_cleanup).
+// Fixed-size slots with atomic flags: the handler only reads flags and calls unlink, both
+// async-signal-safe. A path that does not fit, or a full table, only loses the cleanup on signal.
+namespace {
+
+constexpr int kTempSlots = 64;
+constexpr size_t kTempPathMax = 4096;
+
+struct TempSlot {
+  std::atomic<bool> used{false};
+  char path[kTempPathMax] = {};
+};
+
+TempSlot g_temp_slots[kTempSlots];
+std::mutex g_temp_mutex;  // serialises register/unregister (never taken in the handler)
+
+void register_temp(const std::filesystem::path& path) {
+  const std::string& p = path.native();
+  if (p.size() >= kTempPathMax) return;
+  std::lock_guard<std::mutex> lock(g_temp_mutex);
+  for (TempSlot& slot : g_temp_slots) {
+    if (!slot.used.load(std::memory_order_relaxed)) {
+      std::memcpy(slot.path, p.c_str(), p.size() + 1);
+      slot.used.store(true, std::memory_order_release);
+      return;
+    }
+  }
+}
+
+void unregister_temp(const std::filesystem::path& path) {
+  std::lock_guard<std::mutex> lock(g_temp_mutex);
+  for (TempSlot& slot : g_temp_slots) {
+    if (slot.used.load(std::memory_order_relaxed) && path.native() == slot.path) {
+      slot.used.store(false, std::memory_order_release);
+      return;
+    }
+  }
+}
+
+extern "C" void remove_temps_and_reraise(int sig) {
+  for (TempSlot& slot : g_temp_slots) {
+    if (slot.used.load(std::memory_order_acquire)) ::unlink(slot.path);
+  }
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
 }
 
 }  // namespace
@@ -48,6 +100,7 @@ AtomicOutput AtomicOutput::create(const std::filesystem::path& final_path, std::
     if (fd >= 0) {
       out.fd_ = fd;
       out.temp_path_ = candidate;
+      register_temp(out.temp_path_);
       return out;
     }
     const int err = errno;
@@ -83,7 +136,10 @@ AtomicOutput::~AtomicOutput() {
 void AtomicOutput::discard() noexcept {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
-  if (!temp_path_.empty()) ::unlink(temp_path_.c_str());
+  if (!temp_path_.empty()) {
+    ::unlink(temp_path_.c_str());
+    unregister_temp(temp_path_);
+  }
   temp_path_.clear();
 }
 
@@ -127,6 +183,7 @@ void AtomicOutput::commit() {
   if (::rename(temp_path_.c_str(), final_path_.c_str()) != 0) {
     fail("cannot rename the temporary file over the destination", errno);
   }
+  unregister_temp(temp_path_);
   temp_path_.clear();  // now the destination: never unlink it
   // Make the rename itself durable.
   const std::filesystem::path dir = directory_of(final_path_);
@@ -140,3 +197,14 @@ void AtomicOutput::commit() {
 }
 
 }  // namespace nms::detail
+
+namespace nms {
+
+void install_interrupt_cleanup() {
+  struct sigaction action = {};
+  action.sa_handler = detail::remove_temps_and_reraise;
+  sigemptyset(&action.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &action, nullptr);
+}
+
+}  // namespace nms

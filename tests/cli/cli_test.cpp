@@ -2,6 +2,9 @@
 // checks its exit status, its messages, and the files it leaves behind (or does not).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
 
 #include <cmath>
 #include <cstdio>
@@ -274,6 +277,35 @@ TEST_F(Cli, BadPaths) {
         "/proc/nmsparse-test.safetensors");
   fs::create_directories(path("dir"));
   fails("mask --nm 2:4 m.safetensors dir", "is a directory");
+}
+
+// A run stopped by a signal while writing leaves neither its output nor its temporary file. The
+// signal is sent once the temporary file exists (an event, not a delay), while `generate` is
+// still producing ~200 MB of weights.
+TEST_F(Cli, InterruptLeavesNothingBehind) {
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    if (::chdir(dir_.c_str()) != 0) ::_exit(126);
+    std::freopen("/dev/null", "w", stdout);
+    std::freopen("/dev/null", "w", stderr);
+    ::execl(NMS_CLI_PATH, "nmsparse", "generate", "big.safetensors", "--layers", "2", "--hidden",
+            "1024", "--intermediate", "4096", "--vocab", "8192", "-q", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  bool seen = false;
+  for (int k = 0; k < 6000 && !seen; ++k) {  // at most 60 s
+    for (const auto& e : fs::directory_iterator(dir_)) {
+      seen |= e.path().filename().string().rfind(".big.safetensors.tmp", 0) == 0;
+    }
+    if (!seen) ::usleep(10000);
+  }
+  ASSERT_TRUE(seen) << "no temporary file appeared";
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << status;
+  for (const auto& e : fs::directory_iterator(dir_)) ADD_FAILURE() << "left behind: " << e.path();
 }
 
 // Writes a tiny model whose weight holds one non-finite value.

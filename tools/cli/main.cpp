@@ -8,6 +8,7 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "nmsparse/core/error.h"
+#include "nmsparse/io/atomic_file.h"
 
 int main(int argc, char** argv) {
   CLI::App app{
@@ -18,6 +19,7 @@ int main(int argc, char** argv) {
       "its directory)."};
   app.require_subcommand(1);
   app.set_version_flag("--version", "nmsparse 0.1.0");
+  nms::install_interrupt_cleanup();  // Ctrl-C leaves neither a partial output nor a temp file
   int exit_code = nms::cli::kExitOk;
   nms::cli::add_info_command(app, exit_code);
   nms::cli::add_mask_command(app, exit_code);

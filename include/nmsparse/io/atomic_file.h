@@ -15,4 +15,10 @@ namespace nms {
 
 void write_file_atomic(const std::filesystem::path& path, std::string_view contents);
 
+// Installs SIGINT, SIGTERM and SIGHUP handlers that remove the temporary files of every output
+// not yet committed (SafetensorsWriter, write_file_atomic), then re-raise the signal with its
+// default action. For programs (the CLI) that want an interrupted run to leave nothing behind;
+// a library never installs it by itself.
+void install_interrupt_cleanup();
+
 }  // namespace nms
