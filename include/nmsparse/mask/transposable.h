@@ -59,4 +59,24 @@ double mask_score(ConstMatrixViewF scores, const BitMask& mask);
 void check_transposable_result(ConstMatrixViewF scores, NmPattern pattern,
                                const TransposableResult& result, bool require_exactly_n);
 
+// Exact solver: per tile, the maximum kept score with exactly n in every tile row and column
+// (proven by a dual certificate per tile; see src/mask/transposable_exact.cpp for the arithmetic
+// and its tolerance). 2:4 is solved by exhaustive search over the 90 valid 4 x 4 patterns, other
+// patterns by successive shortest paths on the dense tile graph, O(n m^3) per tile.
+// stats.status = kOptimal; stats.iterations = augmentations (0 for 2:4 and for n == m).
+TransposableResult mask_transposable_exact(ConstMatrixViewF scores, NmPattern pattern);
+
+enum class GreedyOrder {
+  kKeepHeavyFirst,   // descending score; keep (i, j) while its tile row and column keep < n.
+                     // A 1/2-approximation of the kept score. Ties: lower tile-local index first.
+  kPruneLightFirst,  // the paper's variant: ascending score; prune (i, j) while its tile row OR
+                     // column has pruned < m - n. Pruned score <= 2x the optimum. Ties: higher
+                     // tile-local index pruned first (the exact reverse of the keep order).
+};
+
+// Greedy 2-approximation; always valid (<= n per tile row and column), often fewer than n.
+// stats.status = kFeasible; stats.iterations = sorted entries visited (summed over tiles).
+TransposableResult mask_transposable_greedy(ConstMatrixViewF scores, NmPattern pattern,
+                                            GreedyOrder order = GreedyOrder::kKeepHeavyFirst);
+
 }  // namespace nms
