@@ -79,4 +79,22 @@ enum class GreedyOrder {
 TransposableResult mask_transposable_greedy(ConstMatrixViewF scores, NmPattern pattern,
                                             GreedyOrder order = GreedyOrder::kKeepHeavyFirst);
 
+// Entropic solver (TSENOR-style; src/mask/transposable_entropic.cpp): per tile, log-domain
+// Dykstra on the entropy-regularised LP (scores divided by the tile max), greedy rounding of the
+// fractional solution, up to local_search_steps 3-edge swaps, then (repair) max-weight augmenting
+// paths until every row and column keeps exactly n. Defaults measured on i.i.d. |N(0,1)| tiles:
+// mean gap to the exact "= n" optimum about 0.05-0.1 % for 4:8..16:32 (see the .cpp header).
+struct EntropicOptions {
+  float temperature = 100.0f;   // tau > 0; larger is closer to the LP but converges more slowly
+  int iterations = 300;         // Dykstra sweeps T (row, column and box projection each)
+  int local_search_steps = 10;  // L
+  bool repair = true;           // fill every tile to exactly n per row and column
+};
+
+// status is kFeasible; stats.iterations sums Dykstra sweeps, swaps and repair augmentations.
+// Throws like check_transposable_input, and for a non-positive or non-finite temperature or
+// negative iterations / local_search_steps.
+TransposableResult mask_transposable_entropic(ConstMatrixViewF scores, NmPattern pattern,
+                                              const EntropicOptions& options = {});
+
 }  // namespace nms
