@@ -11,6 +11,8 @@
 //     logS = tau A, logQ = 0; repeat T times:
 //       logS_i. -= logsumexp_j(logS_i.) - log n          (project on C1)
 //       logS_.j -= logsumexp_i(logS_.j) - log n          (project on C2)
+//         (the column sums are taken from the row step's exps, exp(logS) <= n after it, and only
+//          a column whose linear sum underflows, < 1e-30, is redone by a log-domain logsumexp)
 //       logY = logS + logQ;  logS = min(logY, 0);  logQ = logY - logS   (project on C3)
 //   Every quantity stays a difference of logs, so nothing overflows at any tau (plain exp(tau A)
 //   overflows float32 once tau > ~88). The sweeps run in float (DykstraReal): on the quality
@@ -65,8 +67,11 @@
 //   0.065 / 0.15 / 0.10 %); T = 50 is best at tau = 20 (0.12 / 0.14 / 0.15 %). tau = 100, T = 300
 //   was the best cell for every pattern, matching the research notes (0.05-0.15 %). Without
 //   repair 98.4-100 % of tiles already keep exactly n at these settings (L = 10).
-//   Speed (double sweeps, before the switch to float): ~7 s CPU per 1024 x 1024 matrix at 8:16 and
-//   16:32, one thread; float ~4.6 s. The cost is T * 2 m^2 exp per tile, independent of n.
+//   Speed, 1024 x 1024 |Laplace| (bench_entropic), CPU time on the shared 2-core machine (load ~5,
+//   so wall times are not meaningful): one thread, double sweeps with two exp per entry ~7.6 s at
+//   8:16; float ~4.6-5.4 s; float with the row exps reused by the column step (MATHS) 2.9 s at
+//   8:16 and 3.0 s at 16:32, i.e. ~350 k weights per CPU-second. The cost is T m^2 exp per tile,
+//   independent of n. A vectorised exp would be the next step.
 
 #include <algorithm>
 #include <cmath>
@@ -90,6 +95,8 @@ struct Workspace {
       : a(m * m),
         logs(m * m),
         logq(m * m),
+        lin(m * m),
+        col_sum(m),
         order(m * m),
         keep(m * m),
         row_cnt(m),
@@ -103,6 +110,8 @@ struct Workspace {
   std::vector<double> a;          // raw scores of the tile
   std::vector<DykstraReal> logs;  // log of the fractional S
   std::vector<DykstraReal> logq;  // log of Dykstra's correction for the box
+  std::vector<DykstraReal> lin;   // exp(logS) after the row projection (each entry <= n)
+  std::vector<DykstraReal> col_sum;
   std::vector<int> order;
   std::vector<uint8_t> keep;  // 0/1 mask of the tile
   std::vector<int> row_cnt;
@@ -117,36 +126,62 @@ struct Workspace {
   std::vector<std::pair<double, int>> ends;
 };
 
+// Column sums below this (float) are recomputed by a log-domain logsumexp instead (underflow).
+constexpr DykstraReal kTinyColumnSum = 1e-30f;
+
 void dykstra(Workspace& w, int n, int m, double tau, int sweeps, double inv_max) {
   const auto log_n = static_cast<DykstraReal>(std::log(static_cast<double>(n)));
+  const auto real_n = static_cast<DykstraReal>(n);
   const int mm = m * m;
   for (int k = 0; k < mm; ++k) {
     w.logs[k] = static_cast<DykstraReal>(tau * (w.a[k] * inv_max));
     w.logq[k] = 0.0;
   }
   DykstraReal* s = w.logs.data();
+  DykstraReal* e = w.lin.data();
+  DykstraReal* cs = w.col_sum.data();
   for (int t = 0; t < sweeps; ++t) {
+    // Rows: one exp per entry. e = exp(logS) after the projection = exp(r - mx) * n / sum <= n,
+    // reused by the column step, so a sweep costs m^2 exp instead of 2 m^2.
+    std::fill(cs, cs + m, DykstraReal{0});
     for (int i = 0; i < m; ++i) {
       DykstraReal* r = s + i * m;
+      DykstraReal* er = e + i * m;
       DykstraReal mx = r[0];
       for (int j = 1; j < m; ++j) mx = std::max(mx, r[j]);
       DykstraReal sum = 0;
-      for (int j = 0; j < m; ++j) sum += std::exp(r[j] - mx);
+      for (int j = 0; j < m; ++j) {
+        er[j] = std::exp(r[j] - mx);
+        sum += er[j];
+      }
       const DykstraReal shift = mx + std::log(sum) - log_n;
-      for (int j = 0; j < m; ++j) r[j] -= shift;
+      const DykstraReal scale = real_n / sum;
+      for (int j = 0; j < m; ++j) {
+        r[j] -= shift;
+        er[j] *= scale;
+        cs[j] += er[j];
+      }
     }
+    // Columns: shift_j = log(column sum) - log n, from the linear sums unless they underflowed.
     for (int j = 0; j < m; ++j) {
+      if (cs[j] > kTinyColumnSum) {
+        cs[j] = std::log(cs[j]) - log_n;
+        continue;
+      }
       DykstraReal mx = s[j];
       for (int i = 1; i < m; ++i) mx = std::max(mx, s[i * m + j]);
       DykstraReal sum = 0;
       for (int i = 0; i < m; ++i) sum += std::exp(s[i * m + j] - mx);
-      const DykstraReal shift = mx + std::log(sum) - log_n;
-      for (int i = 0; i < m; ++i) s[i * m + j] -= shift;
+      cs[j] = mx + std::log(sum) - log_n;
     }
-    for (int k = 0; k < mm; ++k) {
-      const DykstraReal y = s[k] + w.logq[k];
-      s[k] = std::min(y, DykstraReal{0});
-      w.logq[k] = y - s[k];
+    // Column projection and box projection with Dykstra's correction, fused.
+    for (int i = 0; i < m; ++i) {
+      for (int j = 0; j < m; ++j) {
+        const int k = i * m + j;
+        const DykstraReal y = (s[k] - cs[j]) + w.logq[k];
+        s[k] = std::min(y, DykstraReal{0});
+        w.logq[k] = y - s[k];
+      }
     }
   }
 }
