@@ -56,7 +56,8 @@
 //   - No convergence test: exactly T sweeps per tile, status is always kFeasible.
 //
 // DEFAULTS: tau = 100, T = 300, L = 10. Mean / max relative gap of the kept score to the exact
-//   "= n" optimum (repair on), 128 x 128 |N(0,1)| (192 x 192 for 16:32), double sweeps, from
+//   "= n" optimum (repair on), 128 x 128 |N(0,1)| (192 x 192 for 16:32), measured with double
+//   sweeps and re-measured with the final float code (identical to the digits shown), from
 //     build-ent/tests/mask/mask_test --gtest_also_run_disabled_tests
 //         --gtest_filter='*DISABLED_SweepTemperature*'
 //   T = 300:   tau=10         20             50             100            200            400
