@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -172,6 +173,33 @@ TEST_F(Cli, MaskThenVerify) {
   const auto tj = nlohmann::json::parse(t.out);
   EXPECT_EQ(tj["skipped"], 2);  // the embedding and the 1-D conv bias
   EXPECT_EQ(tj["failed"], 1);
+}
+
+TEST_F(Cli, TransposableMask) {
+  small_model("m.safetensors");
+  std::map<std::string, double> objective;
+  for (const std::string method : {"exact", "greedy", "entropic"}) {
+    const std::string out = "t_" + method + ".safetensors";
+    ok("mask --nm 4:8 --transposable --method " + method + " m.safetensors " + out +
+       " --include proj --compare exact -q --json r.json");
+    ok("verify --nm 4:8 --transposable " + out + " --include proj -q");
+    const auto j = nlohmann::json::parse(slurp(path("r.json")));
+    EXPECT_EQ(j["transposable"], true);
+    double sum = 0.0;
+    for (const auto& layer : j["layers"]) {
+      if (layer["status"] != "masked") continue;
+      sum += layer["objective"].get<double>();
+      EXPECT_GE(layer["gap_to_exact"].get<double>(), -1e-12) << method;
+      EXPECT_LE(layer["retained_vs_rowwise"].get<double>(), 1.0 + 1e-12) << method;
+    }
+    objective[method] = sum;
+  }
+  EXPECT_GE(objective["exact"], objective["entropic"] * (1 - 1e-12));
+  EXPECT_GE(objective["exact"], objective["greedy"] * (1 - 1e-12));
+  EXPECT_GE(objective["greedy"], 0.5 * objective["exact"]);
+  fails("mask --nm 2:4 --method exact m.safetensors o.safetensors", "add --transposable");
+  fails("mask --nm 2:4 --transposable --method simplex m.safetensors o.safetensors",
+        "unknown --method 'simplex'");
 }
 
 TEST_F(Cli, WriteMasks) {
