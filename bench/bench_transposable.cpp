@@ -5,6 +5,10 @@
 // timed with the solve, as a caller would have to).
 //
 //   build/bench/bench_transposable --benchmark_min_time=1
+//
+// Measured on the 2-core development container (Release, --benchmark_min_time=0.3, weights/s):
+// exact 2:4 56M, 4:8 3.4M, 8:16 1.6M, 16:32 0.65M; LEMON 4:8 2.0M, 8:16 1.7M, 16:32 1.5M;
+// greedy 4:8 16.5M, 16:32 13.3M.
 #include <benchmark/benchmark.h>
 
 #include <cmath>

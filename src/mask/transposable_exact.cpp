@@ -7,9 +7,14 @@
 // constraint matrix is totally unimodular, so integral flows suffice.
 //
 // Algorithm (m:n other than 2:4, n < m): successive shortest paths with node potentials pi.
-//   * Start: empty flow, pi(s) = pi(r_i) = 0, pi(c_j) = -max_i A_ij, pi(t) = min_j pi(c_j), so
-//     every residual arc has reduced cost c(u,v) + pi(u) - pi(v) >= 0.
-//   * Each of the n*m augmentations runs Dijkstra from s over the residual graph in reduced costs.
+//   * Warm start (greedy prefix): sort the m^2 entries descending (ties: lower index) and keep
+//     them in order until the first one whose row or column is already full; call its score tau.
+//     Kept entries are >= tau and all others <= tau, so with pi(s) = pi(r_i) = 0 and
+//     pi(c_j) = pi(t) = -tau every residual arc has reduced cost c(u,v) + pi(u) - pi(v) >= 0: the
+//     prefix is a min-cost flow of its value (it is the greedy solution up to its first conflict;
+//     the full greedy is not a min-cost flow in general, so it cannot be used).
+//   * Each of the remaining n*m - prefix augmentations runs Dijkstra from s over the residual graph
+//   in reduced costs.
 //     The graph is dense (rows x columns), so Dijkstra is the O(m^2) array version: 2m + 1 pops,
 //     each a linear scan, each row pop relaxing its unkept columns, each column pop its kept rows.
 //     It stops when t is popped; potentials then move by min(d(v), d(t)), which keeps every reduced
@@ -43,7 +48,7 @@
 //
 // Deviations from the references: Hubara et al. call networkx's network simplex on float costs
 // (and fix the flow value to m^2/2, right only for n = m/2); we solve every n, certify the result,
-// and do not warm-start from a greedy solution (SSP needs a min-cost start; greedy is not one).
+// and warm-start from the conflict-free prefix of the greedy order only.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -148,15 +153,34 @@ class FlowSolver {
     std::fill(cc_.begin(), cc_.end(), 0);
     std::fill(pr_.begin(), pr_.end(), 0.0);
     double max_a = 0.0;
-    for (int j = 0; j < m; ++j) {
-      double col_max = 0.0;
-      for (int i = 0; i < m; ++i) col_max = std::max(col_max, a[i * m + j]);
-      pc_[j] = -col_max;
-      max_a = std::max(max_a, col_max);
-    }
-    pt_ = -max_a;
+    for (int k = 0; k < m * m; ++k) max_a = std::max(max_a, a[k]);
 
-    const int64_t total = static_cast<int64_t>(n) * m;
+    // Warm start: the longest prefix of the entries in descending order (ties: lower index) that
+    // fits every row and column capacity. With tau = the first entry that did not fit, every kept
+    // entry is >= tau and every other <= tau, so pi(r_i) = 0, pi(c_j) = pi(t) = -tau make every
+    // residual reduced cost >= 0: the prefix is a min-cost flow of its value.
+    order_.resize(static_cast<size_t>(m) * m);
+    for (int k = 0; k < m * m; ++k) order_[static_cast<size_t>(k)] = k;
+    std::sort(order_.begin(), order_.end(),
+              [a](int x, int y) { return a[x] > a[y] || (a[x] == a[y] && x < y); });
+    double tau = 0.0;
+    int64_t kept = 0;
+    for (const int k : order_) {
+      const int i = k / m;
+      const int j = k % m;
+      if (rc_[i] == n || cc_[j] == n) {
+        tau = a[k];
+        break;
+      }
+      keep_[static_cast<size_t>(k)] = 1;
+      ++rc_[i];
+      ++cc_[j];
+      ++kept;
+    }
+    std::fill(pc_.begin(), pc_.end(), -tau);
+    pt_ = -tau;
+
+    const int64_t total = static_cast<int64_t>(n) * m - kept;
     for (int64_t aug = 0; aug < total; ++aug) augment(a, n);
     certify(a, n, max_a);
     return total;
@@ -278,6 +302,7 @@ class FlowSolver {
   std::vector<double> dr_, dc_;
   std::vector<uint8_t> done_r_, done_c_;
   std::vector<int> pred_r_, pred_c_;
+  std::vector<int> order_;
 };
 
 }  // namespace

@@ -227,7 +227,7 @@ TEST(TransposableExact, LargeTilesOptimalityProperties) {
       const TransposableResult exact = mask_transposable_exact(s.view(), p);
       ASSERT_NO_THROW(check_transposable_result(s.view(), p, exact, true)) << p.to_string();
       EXPECT_EQ(exact.stats.status, SolveStatus::kOptimal);
-      EXPECT_EQ(exact.stats.iterations, exact.stats.tiles * p.n * p.m);
+      EXPECT_LE(exact.stats.iterations, exact.stats.tiles * p.n * p.m);
       const double tol = kind == 0 ? 1e-9 : 0.0;
       for (int64_t ti = 0; ti < rows / m; ++ti) {
         for (int64_t tj = 0; tj < cols / m; ++tj) {

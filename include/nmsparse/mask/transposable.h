@@ -63,7 +63,8 @@ void check_transposable_result(ConstMatrixViewF scores, NmPattern pattern,
 // (proven by a dual certificate per tile; see src/mask/transposable_exact.cpp for the arithmetic
 // and its tolerance). 2:4 is solved by exhaustive search over the 90 valid 4 x 4 patterns, other
 // patterns by successive shortest paths on the dense tile graph, O(n m^3) per tile.
-// stats.status = kOptimal; stats.iterations = augmentations (0 for 2:4 and for n == m).
+// stats.status = kOptimal; stats.iterations = augmentations after the greedy-prefix warm start
+// (0 for 2:4 and for n == m).
 TransposableResult mask_transposable_exact(ConstMatrixViewF scores, NmPattern pattern);
 
 enum class GreedyOrder {
