@@ -190,7 +190,7 @@ int run_mask(const MaskOptions& o) {
         {"name", c.info->name},       {"shape", c.info->shape},          {"status", "masked"},
         {"matrix", {c.rows, c.cols}}, {"layout", layout_name(c.layout)}, {"density", density},
         {"sparsity", 1.0 - density},  {"kept_mass_fraction", mass},      {"seconds", seconds}};
-    layer.update(lm.fields);
+    if (lm.fields.is_object()) layer.update(lm.fields);
     layers.push_back(layer);
   }
   writer.commit();
