@@ -44,8 +44,8 @@
 // COMPLEXITY per tile: O(T m^2) exp/log for Dykstra, O(m^2 log m) greedy, O(L d^2 m^2) local
 //   search (d = row deficit, small), O(d m^3) repair. Memory: O(m^2) per thread (one workspace
 //   per tile row of the matrix), independent of the matrix size otherwise (plus the mask).
-//   Parallel over tile rows with detail::parallel_for; every tile is solved independently and the
-//   objective is summed per tile row then in order, so the result is bitwise identical for any
+//   Parallel over tile rows with detail::solve_tile_rows; every tile is solved independently and
+//   the objective is summed per tile row then in order, so the result is bitwise identical for any
 //   thread count.
 //
 // DEVIATIONS FROM THE PAPER (TSENOR)
@@ -80,7 +80,7 @@
 #include <limits>
 #include <vector>
 
-#include "core/parallel.h"
+#include "mask/tile_rows.h"
 #include "nmsparse/mask/transposable.h"
 
 namespace nms {
@@ -382,34 +382,19 @@ TransposableResult mask_transposable_entropic(ConstMatrixViewF scores, NmPattern
             options.local_search_steps);
   const int n = pattern.n;
   const int m = pattern.m;
-  const int64_t tile_rows = scores.rows() / m;
   const int64_t tile_cols = scores.cols() / m;
-  TransposableResult result;
-  result.mask = BitMask(scores.rows(), scores.cols());
-  struct RowOutcome {
-    double objective = 0.0;
-    int64_t iterations = 0;
-    int64_t exactly_n = 0;
-  };
-  std::vector<RowOutcome> per_row(static_cast<size_t>(tile_rows));
-  detail::parallel_for(tile_rows, [&](int64_t r) {
-    Workspace w(m);
-    RowOutcome& acc = per_row[static_cast<size_t>(r)];
-    for (int64_t c = 0; c < tile_cols; ++c) {
-      const TileOutcome t = solve_tile(scores, r * m, c * m, n, m, options, w, result.mask);
-      acc.objective += t.objective;
-      acc.iterations += t.iterations;
-      acc.exactly_n += t.exactly_n;
-    }
-  });
-  result.stats.status = SolveStatus::kFeasible;
-  result.stats.tiles = tile_rows * tile_cols;
-  for (const RowOutcome& r : per_row) {
-    result.stats.objective += r.objective;
-    result.stats.iterations += r.iterations;
-    result.stats.tiles_exactly_n += r.exactly_n;
-  }
-  return result;
+  return detail::solve_tile_rows(
+      scores, pattern, SolveStatus::kFeasible, [&](int64_t r, BitMask& mask) {
+        Workspace w(m);
+        detail::TileRowStats acc;
+        for (int64_t c = 0; c < tile_cols; ++c) {
+          const TileOutcome t = solve_tile(scores, r * m, c * m, n, m, options, w, mask);
+          acc.objective += t.objective;
+          acc.iterations += t.iterations;
+          acc.tiles_exactly_n += t.exactly_n;
+        }
+        return acc;
+      });
 }
 
 }  // namespace nms

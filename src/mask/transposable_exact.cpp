@@ -41,7 +41,7 @@
 // ((p0 + p1) + p2) + p3 in double, p_r = A[r][a_r] + A[r][b_r] (a_r < b_r its kept columns);
 // the first maximum wins (strict >), so ties go to the lowest pattern index.
 //
-// n == m keeps everything (no search). Tiles are independent; detail::parallel_for runs over
+// n == m keeps everything (no search). Tiles are independent; detail::solve_tile_rows runs over
 // row-blocks of tiles (m rows each), each block writes only its own mask rows and its own slot of
 // the per-block objective array, which is summed in block order afterwards, so masks and stats are
 // bitwise identical for any thread count.
@@ -56,7 +56,7 @@
 #include <limits>
 #include <vector>
 
-#include "core/parallel.h"
+#include "mask/tile_rows.h"
 #include "nmsparse/mask/transposable.h"
 
 namespace nms {
@@ -311,62 +311,47 @@ TransposableResult mask_transposable_exact(ConstMatrixViewF scores, NmPattern pa
   check_transposable_input(scores, pattern);
   const int n = pattern.n;
   const int m = pattern.m;
-  const int64_t block_rows = scores.rows() / m;
   const int64_t tiles_per_row = scores.cols() / m;
-  TransposableResult result;
-  result.mask = BitMask(scores.rows(), scores.cols());
-  std::vector<double> block_objective(static_cast<size_t>(block_rows), 0.0);
-  std::vector<int64_t> block_iterations(static_cast<size_t>(block_rows), 0);
   const bool is_2_4 = n == 2 && m == 4;
   if (is_2_4) patterns_2_4();  // build the static list before the parallel region
 
-  detail::parallel_for(block_rows, [&](int64_t b) {
-    std::vector<double> tile(static_cast<size_t>(m) * m);
-    FlowSolver solver(is_2_4 || n == m ? 1 : m);
-    double objective = 0.0;
-    int64_t iterations = 0;
-    const int64_t i0 = b * m;
-    for (int64_t t = 0; t < tiles_per_row; ++t) {
-      const int64_t j0 = t * m;
-      for (int r = 0; r < m; ++r) {
-        const float* row = scores.row(i0 + r) + j0;
-        for (int c = 0; c < m; ++c) tile[static_cast<size_t>(r) * m + c] = row[c];
-      }
-      auto emit = [&](int r, int c) {
-        result.mask.set(i0 + r, j0 + c);
-        objective += tile[static_cast<size_t>(r) * m + c];
-      };
-      if (n == m) {
-        for (int r = 0; r < m; ++r) {
-          for (int c = 0; c < m; ++c) emit(r, c);
-        }
-      } else if (is_2_4) {
-        const uint64_t bits = solve_2_4(tile.data());
-        for (int k = 0; k < 16; ++k) {
-          if ((bits >> k) & 1U) emit(k / 4, k % 4);
-        }
-      } else {
-        iterations += solver.solve(tile.data(), n);
-        for (int r = 0; r < m; ++r) {
-          for (int c = 0; c < m; ++c) {
-            if (solver.keep(r, c)) emit(r, c);
+  return detail::solve_tile_rows(
+      scores, pattern, SolveStatus::kOptimal, [&](int64_t b, BitMask& mask) {
+        std::vector<double> tile(static_cast<size_t>(m) * m);
+        FlowSolver solver(is_2_4 || n == m ? 1 : m);
+        double objective = 0.0;
+        int64_t iterations = 0;
+        const int64_t i0 = b * m;
+        for (int64_t t = 0; t < tiles_per_row; ++t) {
+          const int64_t j0 = t * m;
+          for (int r = 0; r < m; ++r) {
+            const float* row = scores.row(i0 + r) + j0;
+            for (int c = 0; c < m; ++c) tile[static_cast<size_t>(r) * m + c] = row[c];
+          }
+          auto emit = [&](int r, int c) {
+            mask.set(i0 + r, j0 + c);
+            objective += tile[static_cast<size_t>(r) * m + c];
+          };
+          if (n == m) {
+            for (int r = 0; r < m; ++r) {
+              for (int c = 0; c < m; ++c) emit(r, c);
+            }
+          } else if (is_2_4) {
+            const uint64_t bits = solve_2_4(tile.data());
+            for (int k = 0; k < 16; ++k) {
+              if ((bits >> k) & 1U) emit(k / 4, k % 4);
+            }
+          } else {
+            iterations += solver.solve(tile.data(), n);
+            for (int r = 0; r < m; ++r) {
+              for (int c = 0; c < m; ++c) {
+                if (solver.keep(r, c)) emit(r, c);
+              }
+            }
           }
         }
-      }
-    }
-    block_objective[static_cast<size_t>(b)] = objective;
-    block_iterations[static_cast<size_t>(b)] = iterations;
-  });
-
-  TransposableStats& st = result.stats;
-  st.status = SolveStatus::kOptimal;
-  st.tiles = block_rows * tiles_per_row;
-  st.tiles_exactly_n = st.tiles;
-  for (int64_t b = 0; b < block_rows; ++b) {
-    st.objective += block_objective[static_cast<size_t>(b)];
-    st.iterations += block_iterations[static_cast<size_t>(b)];
-  }
-  return result;
+        return detail::TileRowStats{objective, iterations, tiles_per_row};  // every tile is full
+      });
 }
 
 }  // namespace nms

@@ -13,14 +13,14 @@
 // Both are always valid (<= n kept per tile row and column) and need not keep exactly n.
 //
 // Complexity: O(m^2 log m) per tile (the sort), O(m^2) workspace per running row-block task.
-// Parallel over row-blocks of tiles with detail::parallel_for; per-block objectives are summed in
-// block order, so masks and stats are bitwise identical for any thread count.
+// Parallel over row-blocks of tiles with detail::solve_tile_rows; per-block objectives are summed
+// in block order, so masks and stats are bitwise identical for any thread count.
 #include <algorithm>
 #include <cstdint>
 #include <utility>
 #include <vector>
 
-#include "core/parallel.h"
+#include "mask/tile_rows.h"
 #include "nmsparse/mask/transposable.h"
 
 namespace nms {
@@ -32,101 +32,85 @@ TransposableResult mask_transposable_greedy(ConstMatrixViewF scores, NmPattern p
             "unknown GreedyOrder ", static_cast<int>(order));
   const int n = pattern.n;
   const int m = pattern.m;
-  const int64_t block_rows = scores.rows() / m;
   const int64_t tiles_per_row = scores.cols() / m;
-  TransposableResult result;
-  result.mask = BitMask(scores.rows(), scores.cols());
-  std::vector<double> block_objective(static_cast<size_t>(block_rows), 0.0);
-  std::vector<int64_t> block_iterations(static_cast<size_t>(block_rows), 0);
-  std::vector<int64_t> block_full(static_cast<size_t>(block_rows), 0);
   const bool keep_heavy = order == GreedyOrder::kKeepHeavyFirst;
 
-  detail::parallel_for(block_rows, [&](int64_t b) {
-    const int mm = m * m;
-    std::vector<std::pair<float, int>> entries(static_cast<size_t>(mm));
-    std::vector<uint8_t> keep(static_cast<size_t>(mm));
-    std::vector<int> row_count(static_cast<size_t>(m));
-    std::vector<int> col_count(static_cast<size_t>(m));
-    double objective = 0.0;
-    int64_t iterations = 0;
-    int64_t full = 0;
-    const int64_t i0 = b * m;
-    for (int64_t t = 0; t < tiles_per_row; ++t) {
-      const int64_t j0 = t * m;
-      for (int r = 0; r < m; ++r) {
-        const float* row = scores.row(i0 + r) + j0;
-        for (int c = 0; c < m; ++c) entries[static_cast<size_t>(r * m + c)] = {row[c], r * m + c};
-      }
-      std::fill(row_count.begin(), row_count.end(), 0);
-      std::fill(col_count.begin(), col_count.end(), 0);
-      if (keep_heavy) {
-        std::sort(entries.begin(), entries.end(), [](const auto& x, const auto& y) {
-          return x.first > y.first || (x.first == y.first && x.second < y.second);
-        });
-        std::fill(keep.begin(), keep.end(), uint8_t{0});
-        int kept = 0;
-        for (const auto& [score, k] : entries) {
-          if (kept == n * m) break;
-          ++iterations;
-          const int r = k / m;
-          const int c = k % m;
-          if (row_count[r] < n && col_count[c] < n) {
-            keep[k] = 1;
-            ++row_count[r];
-            ++col_count[c];
-            ++kept;
+  return detail::solve_tile_rows(
+      scores, pattern, SolveStatus::kFeasible, [&](int64_t b, BitMask& mask) {
+        const int mm = m * m;
+        std::vector<std::pair<float, int>> entries(static_cast<size_t>(mm));
+        std::vector<uint8_t> keep(static_cast<size_t>(mm));
+        std::vector<int> row_count(static_cast<size_t>(m));
+        std::vector<int> col_count(static_cast<size_t>(m));
+        double objective = 0.0;
+        int64_t iterations = 0;
+        int64_t full = 0;
+        const int64_t i0 = b * m;
+        for (int64_t t = 0; t < tiles_per_row; ++t) {
+          const int64_t j0 = t * m;
+          for (int r = 0; r < m; ++r) {
+            const float* row = scores.row(i0 + r) + j0;
+            for (int c = 0; c < m; ++c)
+              entries[static_cast<size_t>(r * m + c)] = {row[c], r * m + c};
           }
-        }
-      } else {
-        std::sort(entries.begin(), entries.end(), [](const auto& x, const auto& y) {
-          return x.first < y.first || (x.first == y.first && x.second > y.second);
-        });
-        std::fill(keep.begin(), keep.end(), uint8_t{1});
-        const int need = m - n;  // prunes each row and column must reach
-        int unsatisfied = need > 0 ? 2 * m : 0;
-        for (const auto& [score, k] : entries) {
-          if (unsatisfied == 0) break;
-          ++iterations;
-          const int r = k / m;
-          const int c = k % m;
-          if (row_count[r] < need || col_count[c] < need) {
-            keep[k] = 0;
-            unsatisfied -= ++row_count[r] == need;
-            unsatisfied -= ++col_count[c] == need;
+          std::fill(row_count.begin(), row_count.end(), 0);
+          std::fill(col_count.begin(), col_count.end(), 0);
+          if (keep_heavy) {
+            std::sort(entries.begin(), entries.end(), [](const auto& x, const auto& y) {
+              return x.first > y.first || (x.first == y.first && x.second < y.second);
+            });
+            std::fill(keep.begin(), keep.end(), uint8_t{0});
+            int kept = 0;
+            for (const auto& [score, k] : entries) {
+              if (kept == n * m) break;
+              ++iterations;
+              const int r = k / m;
+              const int c = k % m;
+              if (row_count[r] < n && col_count[c] < n) {
+                keep[k] = 1;
+                ++row_count[r];
+                ++col_count[c];
+                ++kept;
+              }
+            }
+          } else {
+            std::sort(entries.begin(), entries.end(), [](const auto& x, const auto& y) {
+              return x.first < y.first || (x.first == y.first && x.second > y.second);
+            });
+            std::fill(keep.begin(), keep.end(), uint8_t{1});
+            const int need = m - n;  // prunes each row and column must reach
+            int unsatisfied = need > 0 ? 2 * m : 0;
+            for (const auto& [score, k] : entries) {
+              if (unsatisfied == 0) break;
+              ++iterations;
+              const int r = k / m;
+              const int c = k % m;
+              if (row_count[r] < need || col_count[c] < need) {
+                keep[k] = 0;
+                unsatisfied -= ++row_count[r] == need;
+                unsatisfied -= ++col_count[c] == need;
+              }
+            }
           }
+          // Emit in row-major order; recount kept per row and column for tiles_exactly_n.
+          std::fill(row_count.begin(), row_count.end(), 0);
+          std::fill(col_count.begin(), col_count.end(), 0);
+          for (int r = 0; r < m; ++r) {
+            const float* row = scores.row(i0 + r) + j0;
+            for (int c = 0; c < m; ++c) {
+              if (!keep[static_cast<size_t>(r * m + c)]) continue;
+              mask.set(i0 + r, j0 + c);
+              objective += row[c];
+              ++row_count[r];
+              ++col_count[c];
+            }
+          }
+          bool exactly = true;
+          for (int k = 0; k < m; ++k) exactly &= row_count[k] == n && col_count[k] == n;
+          full += exactly;
         }
-      }
-      // Emit in row-major order; recount kept per row and column for tiles_exactly_n.
-      std::fill(row_count.begin(), row_count.end(), 0);
-      std::fill(col_count.begin(), col_count.end(), 0);
-      for (int r = 0; r < m; ++r) {
-        const float* row = scores.row(i0 + r) + j0;
-        for (int c = 0; c < m; ++c) {
-          if (!keep[static_cast<size_t>(r * m + c)]) continue;
-          result.mask.set(i0 + r, j0 + c);
-          objective += row[c];
-          ++row_count[r];
-          ++col_count[c];
-        }
-      }
-      bool exactly = true;
-      for (int k = 0; k < m; ++k) exactly &= row_count[k] == n && col_count[k] == n;
-      full += exactly;
-    }
-    block_objective[static_cast<size_t>(b)] = objective;
-    block_iterations[static_cast<size_t>(b)] = iterations;
-    block_full[static_cast<size_t>(b)] = full;
-  });
-
-  TransposableStats& st = result.stats;
-  st.status = SolveStatus::kFeasible;
-  st.tiles = block_rows * tiles_per_row;
-  for (int64_t b = 0; b < block_rows; ++b) {
-    st.objective += block_objective[static_cast<size_t>(b)];
-    st.iterations += block_iterations[static_cast<size_t>(b)];
-    st.tiles_exactly_n += block_full[static_cast<size_t>(b)];
-  }
-  return result;
+        return detail::TileRowStats{objective, iterations, full};
+      });
 }
 
 }  // namespace nms
