@@ -20,8 +20,7 @@
 #include "nmsparse/mask/transposable.h"
 
 #if NMS_HAVE_LEMON
-#include <lemon/list_graph.h>
-#include <lemon/network_simplex.h>
+#include "testing/lemon_tile.h"
 #endif
 
 namespace nms {
@@ -66,38 +65,14 @@ void BM_TransposableLemon(benchmark::State& state) {
     int64_t sum = 0;
     for (int64_t i0 = 0; i0 < kSize; i0 += m) {
       for (int64_t j0 = 0; j0 < kSize; j0 += m) {
-        lemon::ListDigraph g;
-        const auto s = g.addNode();
-        const auto t = g.addNode();
-        std::vector<lemon::ListDigraph::Node> rows, cols;
-        for (int k = 0; k < m; ++k) {
-          rows.push_back(g.addNode());
-          cols.push_back(g.addNode());
-        }
-        lemon::ListDigraph::ArcMap<int64_t> cap(g), cost(g);
-        lemon::ListDigraph::NodeMap<int64_t> supply(g, 0);
-        auto arc = [&](lemon::ListDigraph::Node a, lemon::ListDigraph::Node b, int64_t c,
-                       int64_t x) {
-          const auto e = g.addArc(a, b);
-          cap[e] = c;
-          cost[e] = x;
-        };
-        for (int k = 0; k < m; ++k) {
-          arc(s, rows[static_cast<size_t>(k)], n, 0);
-          arc(cols[static_cast<size_t>(k)], t, n, 0);
-        }
+        std::vector<int64_t> tile(static_cast<size_t>(m) * m);
         for (int r = 0; r < m; ++r) {
           for (int c = 0; c < m; ++c) {
-            arc(rows[static_cast<size_t>(r)], cols[static_cast<size_t>(c)], 1,
-                -std::llround(1e6 * static_cast<double>(w(i0 + r, j0 + c))));
+            tile[static_cast<size_t>(r) * m + c] =
+                std::llround(1e6 * static_cast<double>(w(i0 + r, j0 + c)));
           }
         }
-        supply[s] = static_cast<int64_t>(n) * m;
-        supply[t] = -static_cast<int64_t>(n) * m;
-        lemon::NetworkSimplex<lemon::ListDigraph, int64_t, int64_t> ns(g);
-        ns.upperMap(cap).costMap(cost).supplyMap(supply);
-        ns.run();
-        sum += ns.totalCost();
+        sum += testing::lemon_tile_optimum(tile, n, m);
       }
     }
     benchmark::DoNotOptimize(sum);
