@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -200,6 +201,38 @@ TEST_F(Cli, TransposableMask) {
   fails("mask --nm 2:4 --method exact m.safetensors o.safetensors", "add --transposable");
   fails("mask --nm 2:4 --transposable --method simplex m.safetensors o.safetensors",
         "unknown --method 'simplex'");
+}
+
+// --scores ranks by the given tensors, not |W|: scores that favour positions (i, j) with
+// (j - i) mod 4 in {0, 1} (2 per row and per column of every 4 x 4 tile, so transposable too)
+// must keep exactly those, although |W| would choose others.
+TEST_F(Cli, ScoresFromFile) {
+  auto favoured = [](int k) { return ((k % 8 - k / 8) % 4 + 4) % 4 < 2; };
+  std::vector<float> w(8 * 8);
+  std::vector<float> score(8 * 8);
+  for (int k = 0; k < 64; ++k) {
+    w[k] = static_cast<float>(k % 7) + 1.0f;  // nonzero everywhere
+    score[k] = favoured(k) ? 2.0f : 1.0f;
+  }
+  auto bytes = [](const std::vector<float>& v) {
+    std::vector<std::byte> b(v.size() * sizeof(float));
+    std::memcpy(b.data(), v.data(), b.size());
+    return b;
+  };
+  write_safetensors(path("w.safetensors"), {{{"layer.weight", DType::kF32, {8, 8}}, bytes(w)}});
+  write_safetensors(path("s.safetensors"), {{{"layer.weight", DType::kF32, {8, 8}}, bytes(score)}});
+  write_safetensors(path("other.safetensors"), {{{"x", DType::kF32, {8, 8}}, bytes(score)}});
+  for (const std::string extra : {"", " --transposable"}) {
+    ok("mask --nm 2:4 w.safetensors o.safetensors --scores s.safetensors -q" + extra);
+    const SafetensorsFile f = SafetensorsFile::open(path("o.safetensors"));
+    const auto out = f.read_f32(f.at("layer.weight"));
+    for (int k = 0; k < 64; ++k) {
+      EXPECT_EQ(out[k], favoured(k) ? w[k] : 0.0f) << k << extra;
+    }
+    fs::remove(path("o.safetensors"));
+  }
+  fails("mask --nm 2:4 w.safetensors o.safetensors --scores other.safetensors",
+        "has no tensor 'layer.weight'");
 }
 
 TEST_F(Cli, WriteMasks) {

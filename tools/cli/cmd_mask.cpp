@@ -3,6 +3,7 @@
 #include <cfloat>
 #include <cmath>
 #include <memory>
+#include <optional>
 
 #include "cli_common.h"
 #include "commands.h"
@@ -25,6 +26,7 @@ struct MaskOptions {
   bool transposable = false;
   std::string method = "auto";
   std::string compare;
+  std::string scores;  // a model with one score tensor per masked tensor (same name and shape)
 };
 
 double abs_sum(const Matrix& m) {
@@ -59,19 +61,26 @@ TransposableResult solve_transposable(const std::string& method, const Matrix& s
   return mask_transposable_exact(scores.view(), pattern);  // "exact" and "auto"
 }
 
-LayerMask compute_mask(const MaskOptions& o, const Matrix& w, const NmPattern& pattern) {
+// `scores` replaces |W| when given (--scores); it must be finite and non-negative.
+LayerMask compute_mask(const MaskOptions& o, const Matrix& w, const Matrix* given_scores,
+                       const NmPattern& pattern) {
   LayerMask out;
-  if (!o.transposable) {
+  if (!o.transposable && given_scores == nullptr) {
     out.mask = o.common.allow_nonfinite ? mask_nm_rows(magnitude_scores(w).view(), pattern)
                                         : mask_nm_magnitude(w.view(), pattern);
     return out;
   }
-  const Matrix scores = magnitude_scores(w);
-  TransposableResult r = solve_transposable(o.method, scores, pattern);
+  const Matrix scores = given_scores != nullptr ? Matrix() : magnitude_scores(w);
+  const Matrix& s = given_scores != nullptr ? *given_scores : scores;
+  if (!o.transposable) {
+    out.mask = mask_nm_rows(s.view(), pattern);
+    return out;
+  }
+  TransposableResult r = solve_transposable(o.method, s, pattern);
 #ifndef NDEBUG
-  check_transposable_result(scores.view(), pattern, r, r.stats.status == SolveStatus::kOptimal);
+  check_transposable_result(s.view(), pattern, r, r.stats.status == SolveStatus::kOptimal);
 #endif
-  const double rowwise = mask_score(scores.view(), mask_nm_rows(scores.view(), pattern));
+  const double rowwise = mask_score(s.view(), mask_nm_rows(s.view(), pattern));
   const double retained = rowwise > 0.0 ? r.stats.objective / rowwise : 1.0;
   out.retained = format_fixed(retained, 4);
   out.fields = {{"method", o.method == "auto" ? "exact" : o.method},
@@ -81,7 +90,7 @@ LayerMask compute_mask(const MaskOptions& o, const Matrix& w, const NmPattern& p
                 {"tiles", r.stats.tiles},
                 {"tiles_exactly_n", r.stats.tiles_exactly_n}};
   if (o.compare == "exact") {
-    const double exact = mask_transposable_exact(scores.view(), pattern).stats.objective;
+    const double exact = mask_transposable_exact(s.view(), pattern).stats.objective;
     const double gap = exact > 0.0 ? (exact - r.stats.objective) / exact : 0.0;
     out.gap = format_fixed(100.0 * gap, 3) + "%";
     out.fields["exact_objective"] = exact;
@@ -89,6 +98,20 @@ LayerMask compute_mask(const MaskOptions& o, const Matrix& w, const NmPattern& p
   }
   out.mask = std::move(r.mask);
   return out;
+}
+
+// The score tensor of candidate `c` from the --scores model: same name, same shape, any float
+// dtype, finite and non-negative (checked by the solvers, which name the offending element).
+Matrix read_scores(const SafetensorsModel& scores, const std::string& path, const Candidate& c) {
+  const auto entry = scores.find(c.info->name);
+  NMS_CHECK(entry.has_value(), "--scores '", path, "' has no tensor '", c.info->name,
+            "' (it needs one score tensor per masked tensor, with the same name and shape)");
+  NMS_CHECK(entry->info->shape == c.info->shape, "--scores tensor '", c.info->name, "' has shape ",
+            shape_string(entry->info->shape), ", the weight ", shape_string(c.info->shape));
+  Candidate sc = c;
+  sc.shard = entry->shard;
+  sc.info = entry->info;
+  return read_matrix(scores, sc, /*allow_nonfinite=*/false);
 }
 
 int run_mask(const MaskOptions& o) {
@@ -104,6 +127,8 @@ int run_mask(const MaskOptions& o) {
   const SafetensorsModel model = SafetensorsModel::open(o.input);
   check_output_path(o.input, o.output, model.sharded());
   std::vector<Candidate> cands = classify(model, TensorSelector(o.common), pattern);
+  std::optional<SafetensorsModel> score_model;
+  if (!o.scores.empty()) score_model = SafetensorsModel::open(o.scores);
 
   std::vector<PlannedTensor> plan;
   int64_t eligible = 0;
@@ -153,8 +178,10 @@ int run_mask(const MaskOptions& o) {
       continue;
     }
     Matrix w = read_matrix(model, c, o.common.allow_nonfinite);
+    std::optional<Matrix> given;
+    if (score_model) given = read_scores(*score_model, o.scores, c);
     const Stopwatch watch;
-    const LayerMask lm = compute_mask(o, w, pattern);
+    const LayerMask lm = compute_mask(o, w, given ? &*given : nullptr, pattern);
     const double seconds = watch.seconds();
     const double layer_total = abs_sum(w);
     apply_mask(w.view(), lm.mask);
@@ -251,6 +278,9 @@ void add_mask_command(CLI::App& app, int& exit_code) {
                   "Transposable solver: exact (optimal min-cost flow per tile), greedy "
                   "(2-approximation), entropic (TSENOR-style optimal transport), auto (= exact)")
       ->capture_default_str();
+  cmd->add_option("--scores", o->scores,
+                  "Rank by these scores instead of |W|: a model with a finite, non-negative tensor "
+                  "of the same name and shape for every masked tensor (e.g. Wanda scores)");
   cmd->add_option("--compare", o->compare,
                   "With 'exact': also solve exactly and report each layer's gap to the optimum");
   o->common.add_to(*cmd);
