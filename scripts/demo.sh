@@ -27,6 +27,12 @@ set +e
 "$tool" verify --nm 2:4 --transposable "$out/model-2of4.safetensors" --include 'layers.0.mlp' -q
 echo "exit status: $?"
 set -e
+step "Transposable 4:8 (exact optimum per 8x8 tile): W and W^T both 4:8" "$tool" mask --nm 4:8 \
+  --transposable --method exact "$out/model.safetensors" "$out/model-t4of8.safetensors" \
+  --include 'layers.0.(self_attn|mlp)'
+step "Verify in both directions" "$tool" verify --nm 4:8 --transposable \
+  "$out/model-t4of8.safetensors" --include 'layers.0.(self_attn|mlp)' -q --json "$out/verify-t.json"
+echo "transposable 4:8 verifies: $(grep -o '"valid": [a-z]*' "$out/verify-t.json")"
 step "Pack into the compressed N:M format (values + 2-bit indices)" "$tool" pack --nm 2:4 \
   "$out/model-2of4.safetensors" "$out/model-2of4.packed.safetensors" --exclude 'embed|lm_head' \
   --include 'layers.0|vision'
