@@ -108,6 +108,14 @@ TEST_F(Cli, HelpAndVersion) {
   EXPECT_EQ(run("frobnicate").status, 2);
 }
 
+TEST_F(Cli, InfoDiversity) {
+  const auto j = nlohmann::json::parse(ok("info --diversity --nm 4:8 --json -").out);
+  EXPECT_EQ(j["diversity"]["transposable"]["exact"], "116963796250");
+  EXPECT_EQ(j["diversity"]["rowwise"]["exact"], "576480100000000");
+  const Result big = ok("info --diversity --nm 16:32");
+  EXPECT_NE(big.out.find("not computed (m > 16)"), std::string::npos) << big.out;
+}
+
 TEST_F(Cli, GenerateIsDeterministic) {
   small_model("a.safetensors");
   small_model("b.safetensors");

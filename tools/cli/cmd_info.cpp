@@ -7,6 +7,7 @@
 #include "nmsparse/core/threading.h"
 #include "nmsparse/io/dtype.h"
 #include "nmsparse/io/nm_tensors.h"
+#include "nmsparse/mask/diversity.h"
 #include "report.h"
 
 namespace nms::cli {
@@ -17,7 +18,33 @@ struct InfoOptions {
   std::string input;
   std::string nm = "2:4";
   bool system = false;
+  bool diversity = false;
 };
+
+// Mask diversity of one m x m tile for the pattern: row-wise and transposable counts.
+nlohmann::json diversity_report(const NmPattern& p, bool quiet) {
+  const MaskDiversity row = diversity_rowwise_tile(p);
+  nlohmann::json j = {{"pattern", p.to_string()},
+                      {"tile", {p.m, p.m}},
+                      {"rowwise", {{"exact", row.exact}, {"log10", row.log10}}}};
+  std::string transposable =
+      "not computed (m > " + std::to_string(kMaxTransposableDiversityM) + ")";
+  if (p.m <= kMaxTransposableDiversityM) {
+    const MaskDiversity t = diversity_transposable_tile(p);
+    j["transposable"] = {{"exact", t.exact}, {"log10", t.log10}};
+    transposable = (t.exact.size() <= 24 ? t.exact : "10^" + format_fixed(t.log10, 3)) +
+                   " (log10 " + format_fixed(t.log10, 3) + ")";
+  }
+  if (!quiet) {
+    std::printf("mask diversity of one %dx%d tile, %s (kept:group):\n", p.m, p.m,
+                p.to_string().c_str());
+    std::printf("  row-wise N:M      %s (log10 %.3f)\n",
+                (row.exact.size() <= 24 ? row.exact : "10^" + format_fixed(row.log10, 3)).c_str(),
+                row.log10);
+    std::printf("  transposable N:M  %s\n", transposable.c_str());
+  }
+  return j;
+}
 
 nlohmann::json system_info() {
   return {{"version", "0.1.0"},
@@ -42,6 +69,14 @@ nlohmann::json system_info() {
 int run_info(const InfoOptions& o) {
   o.common.apply_threads();
   nlohmann::json report = {{"command", "info"}};
+  if (o.diversity) {
+    report["diversity"] =
+        diversity_report(NmPattern::parse(o.nm), o.common.quiet || o.common.json_path == "-");
+    if (o.input.empty() && !o.system) {
+      write_json_report(o.common.json_path, report);
+      return kExitOk;
+    }
+  }
   if (o.system) {
     report["system"] = system_info();
     if (!o.common.quiet && o.common.json_path != "-") {
@@ -55,7 +90,7 @@ int run_info(const InfoOptions& o) {
       return kExitOk;
     }
   }
-  NMS_CHECK(!o.input.empty(), "give a model file (or --system)");
+  NMS_CHECK(!o.input.empty(), "give a model file (or --system, --diversity)");
   const NmPattern pattern = NmPattern::parse(o.nm);
   const SafetensorsModel model = SafetensorsModel::open(o.input);
   Table table({"tensor", "dtype", "shape", "matrix", pattern.to_string()});
@@ -143,6 +178,9 @@ void add_info_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--nm", o->nm, "Pattern to check eligibility for (kept:group)")
       ->capture_default_str();
   cmd->add_flag("--system", o->system, "Print threads, compiler and build settings");
+  cmd->add_flag("--diversity", o->diversity,
+                "Print the mask diversity of one MxM tile for --nm: the exact number of row-wise "
+                "and of transposable N:M masks (transposable up to M = 16)");
   o->common.add_to(*cmd, /*with_nonfinite=*/false);
   cmd->callback([o, &exit_code] { exit_code = run_info(*o); });
 }
