@@ -8,6 +8,7 @@
 #include "mask/standard_reference.h"
 #include "nmsparse/core/threading.h"
 #include "nmsparse/mask/verify.h"
+#include "testing/expect_error.h"
 #include "testing/random.h"
 
 namespace nms {
@@ -68,15 +69,7 @@ TEST(MaskNmRows, SameResultForAnyThreadCount) {
   EXPECT_EQ(mask_nm_magnitude(w.view(), NmPattern::make(3, 8)), one);
 }
 
-template <class F>
-void expect_error(F&& f, const std::string& fragment) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected '" << fragment << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-  }
-}
+using testing::expect_error;
 
 TEST(MaskNmRows, ClearErrors) {
   Matrix w = testing::random_matrix(3, 8, 1);

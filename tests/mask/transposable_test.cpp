@@ -13,6 +13,7 @@
 #include "nmsparse/core/rng.h"
 #include "nmsparse/core/threading.h"
 #include "nmsparse/mask/transposable.h"
+#include "testing/expect_error.h"
 #include "testing/random.h"
 
 #if NMS_HAVE_LEMON
@@ -372,15 +373,7 @@ TEST(Transposable, EmptyMatrixAndKeepAll) {
   EXPECT_NEAR(all.stats.objective, total(s), 1e-9);
 }
 
-template <class F>
-void expect_error(F&& f, const std::string& fragment) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected '" << fragment << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-  }
-}
+using testing::expect_error;
 
 TEST(Transposable, BadInputIsAClearError) {
   Matrix s = make_scores(0, 8, 8, 1);
