@@ -128,167 +128,166 @@ uint64_t solve_2_4(const double* a) {
   return best_pattern;
 }
 
-// Successive shortest paths on one tile. Workspace reused across the tiles of a task.
+// Successive shortest paths from the row-wise optimum, on one tile. Workspace reused across the
+// tiles of a task.
 class FlowSolver {
  public:
   explicit FlowSolver(int m)
       : m_(m),
         keep_(static_cast<size_t>(m) * m),
-        rc_(m),
+        rank_(m),
         cc_(m),
         pr_(m),
         pc_(m),
         dr_(m),
         dc_(m),
-        done_r_(m),
-        done_c_(m),
         pred_r_(m),
         pred_c_(m) {}
 
   // Solves tile `a` (row-major m x m, double). Returns augmentations; keep() holds the mask.
   int64_t solve(const double* a, int n) {
     const int m = m_;
-    std::fill(keep_.begin(), keep_.end(), uint8_t{0});
-    std::fill(rc_.begin(), rc_.end(), 0);
     std::fill(cc_.begin(), cc_.end(), 0);
-    std::fill(pr_.begin(), pr_.end(), 0.0);
+    std::fill(pc_.begin(), pc_.end(), 0.0);
     double max_a = 0.0;
-    for (int k = 0; k < m * m; ++k) max_a = std::max(max_a, a[k]);
-
-    // Warm start: the longest prefix of the entries in descending order (ties: lower index) that
-    // fits every row and column capacity. With tau = the first entry that did not fit, every kept
-    // entry is >= tau and every other <= tau, so pi(r_i) = 0, pi(c_j) = pi(t) = -tau make every
-    // residual reduced cost >= 0: the prefix is a min-cost flow of its value.
-    order_.resize(static_cast<size_t>(m) * m);
-    for (int k = 0; k < m * m; ++k) order_[static_cast<size_t>(k)] = k;
-    std::sort(order_.begin(), order_.end(),
-              [a](int x, int y) { return a[x] > a[y] || (a[x] == a[y] && x < y); });
-    double tau = 0.0;
-    int64_t kept = 0;
-    for (const int k : order_) {
-      const int i = k / m;
-      const int j = k % m;
-      if (rc_[i] == n || cc_[j] == n) {
-        tau = a[k];
-        break;
+    for (int i = 0; i < m; ++i) {
+      // Row-wise start: rank every entry of the row (branch-free, vectorised over `x`), keep rank
+      // < n, and set pi(r_i) to the largest dropped score.
+      const double* row = a + static_cast<size_t>(i) * m;
+      int* rank = rank_.data();
+      for (int x = 0; x < m; ++x) rank[x] = 0;
+      for (int y = 0; y < m; ++y) {
+        const double v = row[y];
+        for (int x = 0; x < m; ++x) {
+          rank[x] += static_cast<int>((v > row[x]) | ((v == row[x]) & (y < x)));
+        }
       }
-      keep_[static_cast<size_t>(k)] = 1;
-      ++rc_[i];
-      ++cc_[j];
-      ++kept;
+      uint8_t* krow = keep_.data() + static_cast<size_t>(i) * m;
+      double dropped_max = 0.0;
+      for (int x = 0; x < m; ++x) {
+        const bool kept = rank[x] < n;
+        krow[x] = static_cast<uint8_t>(kept);
+        cc_[x] += static_cast<int>(kept);
+        dropped_max = kept ? dropped_max : std::max(dropped_max, row[x]);
+        max_a = std::max(max_a, row[x]);
+      }
+      pr_[i] = dropped_max;
     }
-    std::fill(pc_.begin(), pc_.end(), -tau);
-    pt_ = -tau;
-
-    const int64_t total = static_cast<int64_t>(n) * m - kept;
-    for (int64_t aug = 0; aug < total; ++aug) augment(a, n);
+    int64_t excess = 0;
+    for (int j = 0; j < m; ++j) excess += std::max(0, cc_[j] - n);
+    for (int64_t aug = 0; aug < excess; ++aug) augment(a, n);
     certify(a, n, max_a);
-    return total;
+    return excess;
   }
 
   bool keep(int i, int j) const { return keep_[static_cast<size_t>(i) * m_ + j] != 0; }
 
  private:
+  // One shortest path, in reduced costs, from any over-full column to the nearest under-full one;
+  // moves one kept entry along it (every row keeps n throughout).
   void augment(const double* a, int n) {
     const int m = m_;
+    // Keys of unfinished nodes; a finished node's key is +inf so the pop is a plain argmin.
     for (int i = 0; i < m; ++i) {
-      dr_[i] = rc_[i] < n ? std::max(0.0, -pr_[i]) : kInf;  // arc s -> r_i, pi(s) = 0
-      done_r_[i] = 0;
+      dr_[i] = kInf;
       pred_r_[i] = -1;
     }
     for (int j = 0; j < m; ++j) {
-      dc_[j] = kInf;
-      done_c_[j] = 0;
+      dc_[j] = cc_[j] > n ? 0.0 : kInf;
       pred_c_[j] = -1;
     }
-    double dt = kInf;
-    int pred_t = -1;
+    key_r_ = dr_;
+    key_c_ = dc_;
+    int target = -1;
+    double reach = 0.0;
     for (;;) {
-      // Pop the closest unfinished node; t wins ties (earliest stop), then rows, then columns,
-      // lower index first.
-      double best = dt;
-      int kind = 2;  // 0 row, 1 column, 2 sink
+      // Pop the closest unfinished node; columns first, then rows, lower index first on ties.
+      double best = kInf;
       int index = -1;
-      for (int i = 0; i < m; ++i) {
-        if (!done_r_[i] && dr_[i] < best) {
-          best = dr_[i];
-          kind = 0;
-          index = i;
-        }
-      }
+      bool is_row = false;
       for (int j = 0; j < m; ++j) {
-        if (!done_c_[j] && dc_[j] < best) {
-          best = dc_[j];
-          kind = 1;
+        if (key_c_[j] < best) {
+          best = key_c_[j];
           index = j;
         }
       }
-      NMS_ASSERT(best < kInf, "no augmenting path in a tile that is not yet full");
-      if (kind == 2) break;
-      if (kind == 0) {
+      for (int i = 0; i < m; ++i) {
+        if (key_r_[i] < best) {
+          best = key_r_[i];
+          index = i;
+          is_row = true;
+        }
+      }
+      NMS_ASSERT(index >= 0, "no path from an over-full to an under-full column");
+      if (is_row) {
         const int i = index;
-        done_r_[i] = 1;
+        key_r_[i] = kInf;
         const double* row = a + static_cast<size_t>(i) * m;
         const uint8_t* krow = keep_.data() + static_cast<size_t>(i) * m;
         for (int j = 0; j < m; ++j) {
-          if (krow[j] || done_c_[j]) continue;
-          const double d = best + std::max(0.0, -row[j] + pr_[i] - pc_[j]);
+          // Arc r_i -> c_j exists for unkept (i, j): cost -a_ij.
+          if (krow[j] || done_c(j)) continue;
+          const double d = best + std::max(0.0, pr_[i] - row[j] - pc_[j]);
           if (d < dc_[j]) {
             dc_[j] = d;
+            key_c_[j] = d;
             pred_c_[j] = i;
           }
         }
       } else {
         const int j = index;
-        done_c_[j] = 1;
         if (cc_[j] < n) {
-          const double d = best + std::max(0.0, pc_[j] - pt_);
-          if (d < dt) {
-            dt = d;
-            pred_t = j;
-          }
+          target = j;
+          reach = best;
+          break;
         }
+        key_c_[j] = kInf;
         for (int i = 0; i < m; ++i) {
-          if (!keep_[static_cast<size_t>(i) * m + j] || done_r_[i]) continue;
+          // Arc c_j -> r_i exists for kept (i, j): cost +a_ij.
+          if (!keep_[static_cast<size_t>(i) * m + j] || done_r(i)) continue;
           const double d =
               best + std::max(0.0, a[static_cast<size_t>(i) * m + j] + pc_[j] - pr_[i]);
           if (d < dr_[i]) {
             dr_[i] = d;
+            key_r_[i] = d;
             pred_r_[i] = j;
           }
         }
       }
     }
-    // Potentials: pi += min(d, d(t)) keeps every reduced cost >= 0.
-    for (int i = 0; i < m; ++i) pr_[i] += std::min(dr_[i], dt);
-    for (int j = 0; j < m; ++j) pc_[j] += std::min(dc_[j], dt);
-    pt_ += dt;
-    // Push one unit back from t along the predecessors.
-    int j = pred_t;
+    // Potentials: pi += min(d, reach) keeps every reduced cost >= 0.
+    for (int i = 0; i < m; ++i) pr_[i] += std::min(dr_[i], reach);
+    for (int j = 0; j < m; ++j) pc_[j] += std::min(dc_[j], reach);
+    // Move one kept entry per row along the path, from the target back to its source column.
+    int j = target;
     ++cc_[j];
     for (;;) {
       const int i = pred_c_[j];
       keep_[static_cast<size_t>(i) * m + j] = 1;
-      const int prev = pred_r_[i];
-      if (prev < 0) {
-        ++rc_[i];
-        break;
-      }
-      keep_[static_cast<size_t>(i) * m + prev] = 0;
-      j = prev;
+      j = pred_r_[i];
+      keep_[static_cast<size_t>(i) * m + j] = 0;
+      if (pred_c_[j] < 0) break;
     }
+    --cc_[j];
   }
+
+  // A node is finished once popped: its key is +inf while its distance is finite.
+  bool done_r(int i) const { return key_r_[i] == kInf && dr_[i] < kInf; }
+  bool done_c(int j) const { return key_c_[j] == kInf && dc_[j] < kInf; }
 
   // Dual certificate (see the file comment): asserts the duality gap is within rounding.
   void certify(const double* a, int n, double max_a) const {
     const int m = m_;
     double gap = 0.0;
     for (int i = 0; i < m; ++i) {
-      NMS_ASSERT(rc_[i] == n, "row ", i, " keeps ", rc_[i], " after the last augmentation");
+      int kept = 0;
       for (int j = 0; j < m; ++j) {
         const double slack = a[static_cast<size_t>(i) * m + j] - pr_[i] + pc_[j];
+        kept += keep(i, j);
         gap += keep(i, j) ? std::max(0.0, -slack) : std::max(0.0, slack);
       }
+      NMS_ASSERT(kept == n && cc_[i] == n, "row/column ", i, " keeps ", kept, "/", cc_[i],
+                 " after the last augmentation");
     }
     NMS_ASSERT(gap <= 1e-9 * m * max_a, "transposable exact: duality gap ", gap,
                " exceeds the rounding tolerance (max score ", max_a, ")");
@@ -296,13 +295,11 @@ class FlowSolver {
 
   int m_;
   std::vector<uint8_t> keep_;
-  std::vector<int> rc_, cc_;
+  std::vector<int> rank_;
+  std::vector<int> cc_;
   std::vector<double> pr_, pc_;
-  double pt_ = 0.0;
-  std::vector<double> dr_, dc_;
-  std::vector<uint8_t> done_r_, done_c_;
+  std::vector<double> dr_, dc_, key_r_, key_c_;
   std::vector<int> pred_r_, pred_c_;
-  std::vector<int> order_;
 };
 
 }  // namespace
