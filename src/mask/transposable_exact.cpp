@@ -51,6 +51,7 @@
 // and warm-start from the conflict-free prefix of the greedy order only.
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -128,13 +129,18 @@ uint64_t solve_2_4(const double* a) {
   return best_pattern;
 }
 
-// Successive shortest paths from the row-wise optimum, on one tile. Workspace reused across the
-// tiles of a task.
+// Successive shortest paths from the row-wise optimum, on one tile (m <= 64). The mask is held as
+// bitsets, one word per row and one per column, so every scan visits only the arcs that exist:
+// a row pop relaxes its m - n unkept columns, a column pop its kept rows. Workspace reused
+// across the tiles of a task.
 class FlowSolver {
  public:
   explicit FlowSolver(int m)
       : m_(m),
-        keep_(static_cast<size_t>(m) * m),
+        all_(m == 64 ? ~uint64_t{0} : (uint64_t{1} << m) - 1),
+        row_bits_(m),
+        col_bits_(m),
+        tile_(static_cast<size_t>(m) * m),
         rank_(m),
         cc_(m),
         pr_(m),
@@ -144,34 +150,41 @@ class FlowSolver {
         pred_r_(m),
         pred_c_(m) {}
 
-  // Solves tile `a` (row-major m x m, double). Returns augmentations; keep() holds the mask.
-  int64_t solve(const double* a, int n) {
+  // Solves the tile whose row r starts at src + r * ld. Returns augmentations; row_bits(r) and
+  // score(r, c) then hold the mask and the tile's scores in double.
+  int64_t solve(const float* src, int64_t ld, int n) {
     const int m = m_;
+    double* a = tile_.data();
+    std::fill(col_bits_.begin(), col_bits_.end(), uint64_t{0});
     std::fill(cc_.begin(), cc_.end(), 0);
     std::fill(pc_.begin(), pc_.end(), 0.0);
     double max_a = 0.0;
     for (int i = 0; i < m; ++i) {
-      // Row-wise start: rank every entry of the row (branch-free, vectorised over `x`), keep rank
-      // < n, and set pi(r_i) to the largest dropped score.
-      const double* row = a + static_cast<size_t>(i) * m;
+      // Row-wise start: rank every entry of the row in float (branch-free, vectorised over `x`),
+      // keep rank < n, and set pi(r_i) to the largest dropped score.
+      const float* row = src + i * ld;
       int* rank = rank_.data();
       for (int x = 0; x < m; ++x) rank[x] = 0;
       for (int y = 0; y < m; ++y) {
-        const double v = row[y];
+        const float v = row[y];
         for (int x = 0; x < m; ++x) {
           rank[x] += static_cast<int>((v > row[x]) | ((v == row[x]) & (y < x)));
         }
       }
-      uint8_t* krow = keep_.data() + static_cast<size_t>(i) * m;
-      double dropped_max = 0.0;
+      uint64_t bits = 0;
+      float dropped_max = 0.0f;
+      double* arow = a + static_cast<size_t>(i) * m;
       for (int x = 0; x < m; ++x) {
         const bool kept = rank[x] < n;
-        krow[x] = static_cast<uint8_t>(kept);
+        bits |= static_cast<uint64_t>(kept) << x;
         cc_[x] += static_cast<int>(kept);
         dropped_max = kept ? dropped_max : std::max(dropped_max, row[x]);
-        max_a = std::max(max_a, row[x]);
+        arow[x] = row[x];
+        max_a = std::max(max_a, arow[x]);
       }
+      row_bits_[i] = bits;
       pr_[i] = dropped_max;
+      for (uint64_t b = bits; b != 0; b &= b - 1) col_bits_[std::countr_zero(b)] |= uint64_t{1} << i;
     }
     int64_t excess = 0;
     for (int j = 0; j < m; ++j) excess += std::max(0, cc_[j] - n);
@@ -180,77 +193,88 @@ class FlowSolver {
     return excess;
   }
 
-  bool keep(int i, int j) const { return keep_[static_cast<size_t>(i) * m_ + j] != 0; }
+  uint64_t row_bits(int i) const { return row_bits_[i]; }
+  double score(int i, int j) const { return tile_[static_cast<size_t>(i) * m_ + j]; }
+  bool keep(int i, int j) const { return (row_bits_[i] >> j) & 1U; }
 
  private:
   // One shortest path, in reduced costs, from any over-full column to the nearest under-full one;
   // moves one kept entry along it (every row keeps n throughout).
   void augment(const double* a, int n) {
     const int m = m_;
-    // Keys of unfinished nodes; a finished node's key is +inf so the pop is a plain argmin.
-    for (int i = 0; i < m; ++i) {
-      dr_[i] = kInf;
-      pred_r_[i] = -1;
-    }
+    uint64_t open_c = 0;  // reached, not yet popped
+    uint64_t open_r = 0;
+    uint64_t done_c = 0;
+    uint64_t done_r = 0;
+    uint64_t under = 0;  // columns keeping fewer than n
     for (int j = 0; j < m; ++j) {
-      dc_[j] = cc_[j] > n ? 0.0 : kInf;
-      pred_c_[j] = -1;
+      const int count = cc_[j];
+      dc_[j] = kInf;
+      if (count > n) {
+        dc_[j] = 0.0;
+        pred_c_[j] = -1;
+        open_c |= uint64_t{1} << j;
+      }
+      under |= static_cast<uint64_t>(count < n) << j;
     }
-    key_r_ = dr_;
-    key_c_ = dc_;
+    for (int i = 0; i < m; ++i) dr_[i] = kInf;
     int target = -1;
     double reach = 0.0;
     for (;;) {
-      // Pop the closest unfinished node; columns first, then rows, lower index first on ties.
+      // Pop the closest open node; columns first, then rows, lower index first on ties.
       double best = kInf;
       int index = -1;
       bool is_row = false;
-      for (int j = 0; j < m; ++j) {
-        if (key_c_[j] < best) {
-          best = key_c_[j];
+      for (uint64_t b = open_c; b != 0; b &= b - 1) {
+        const int j = std::countr_zero(b);
+        if (dc_[j] < best) {
+          best = dc_[j];
           index = j;
         }
       }
-      for (int i = 0; i < m; ++i) {
-        if (key_r_[i] < best) {
-          best = key_r_[i];
+      for (uint64_t b = open_r; b != 0; b &= b - 1) {
+        const int i = std::countr_zero(b);
+        if (dr_[i] < best) {
+          best = dr_[i];
           index = i;
           is_row = true;
         }
       }
       NMS_ASSERT(index >= 0, "no path from an over-full to an under-full column");
+      const uint64_t bit = uint64_t{1} << index;
       if (is_row) {
         const int i = index;
-        key_r_[i] = kInf;
+        open_r &= ~bit;
+        done_r |= bit;
         const double* row = a + static_cast<size_t>(i) * m;
-        const uint8_t* krow = keep_.data() + static_cast<size_t>(i) * m;
-        for (int j = 0; j < m; ++j) {
-          // Arc r_i -> c_j exists for unkept (i, j): cost -a_ij.
-          if (krow[j] || done_c(j)) continue;
-          const double d = best + std::max(0.0, pr_[i] - row[j] - pc_[j]);
+        const double base = best + pr_[i];
+        // Arcs r_i -> c_j for unkept (i, j): cost -a_ij.
+        for (uint64_t b = ~row_bits_[i] & ~done_c & all_; b != 0; b &= b - 1) {
+          const int j = std::countr_zero(b);
+          const double d = best + std::max(0.0, base - best - row[j] - pc_[j]);
           if (d < dc_[j]) {
             dc_[j] = d;
-            key_c_[j] = d;
             pred_c_[j] = i;
+            open_c |= uint64_t{1} << j;
           }
         }
       } else {
         const int j = index;
-        if (cc_[j] < n) {
+        if ((under >> j) & 1U) {
           target = j;
           reach = best;
           break;
         }
-        key_c_[j] = kInf;
-        for (int i = 0; i < m; ++i) {
-          // Arc c_j -> r_i exists for kept (i, j): cost +a_ij.
-          if (!keep_[static_cast<size_t>(i) * m + j] || done_r(i)) continue;
-          const double d =
-              best + std::max(0.0, a[static_cast<size_t>(i) * m + j] + pc_[j] - pr_[i]);
+        open_c &= ~bit;
+        done_c |= bit;
+        // Arcs c_j -> r_i for kept (i, j): cost +a_ij.
+        for (uint64_t b = col_bits_[j] & ~done_r; b != 0; b &= b - 1) {
+          const int i = std::countr_zero(b);
+          const double d = best + std::max(0.0, a[static_cast<size_t>(i) * m + j] + pc_[j] - pr_[i]);
           if (d < dr_[i]) {
             dr_[i] = d;
-            key_r_[i] = d;
             pred_r_[i] = j;
+            open_r |= uint64_t{1} << i;
           }
         }
       }
@@ -263,17 +287,18 @@ class FlowSolver {
     ++cc_[j];
     for (;;) {
       const int i = pred_c_[j];
-      keep_[static_cast<size_t>(i) * m + j] = 1;
+      flip(i, j);
       j = pred_r_[i];
-      keep_[static_cast<size_t>(i) * m + j] = 0;
-      if (pred_c_[j] < 0) break;
+      flip(i, j);
+      if (pred_c_[j] < 0) break;  // a source column (path columns got a predecessor this search)
     }
     --cc_[j];
   }
 
-  // A node is finished once popped: its key is +inf while its distance is finite.
-  bool done_r(int i) const { return key_r_[i] == kInf && dr_[i] < kInf; }
-  bool done_c(int j) const { return key_c_[j] == kInf && dc_[j] < kInf; }
+  void flip(int i, int j) {
+    row_bits_[i] ^= uint64_t{1} << j;
+    col_bits_[j] ^= uint64_t{1} << i;
+  }
 
   // Dual certificate (see the file comment): asserts the duality gap is within rounding.
   void certify(const double* a, int n, double max_a) const {
@@ -281,26 +306,37 @@ class FlowSolver {
     double gap = 0.0;
     for (int i = 0; i < m; ++i) {
       int kept = 0;
-      for (int j = 0; j < m; ++j) {
-        const double slack = a[static_cast<size_t>(i) * m + j] - pr_[i] + pc_[j];
-        kept += keep(i, j);
-        gap += keep(i, j) ? std::max(0.0, -slack) : std::max(0.0, slack);
-      }
+      for (uint64_t b = row_bits_[i]; b != 0; b &= b - 1) ++kept;
       NMS_ASSERT(kept == n && cc_[i] == n, "row/column ", i, " keeps ", kept, "/", cc_[i],
                  " after the last augmentation");
+      for (int j = 0; j < m; ++j) {
+        const double slack = a[static_cast<size_t>(i) * m + j] - pr_[i] + pc_[j];
+        gap += keep(i, j) ? std::max(0.0, -slack) : std::max(0.0, slack);
+      }
     }
     NMS_ASSERT(gap <= 1e-9 * m * max_a, "transposable exact: duality gap ", gap,
                " exceeds the rounding tolerance (max score ", max_a, ")");
   }
 
   int m_;
-  std::vector<uint8_t> keep_;
+  uint64_t all_;
+  std::vector<uint64_t> row_bits_;  // bit j of row i: (i, j) kept
+  std::vector<uint64_t> col_bits_;  // bit i of column j: (i, j) kept
+  std::vector<double> tile_;        // the scores in double, row-major
   std::vector<int> rank_;
-  std::vector<int> cc_;
-  std::vector<double> pr_, pc_;
-  std::vector<double> dr_, dc_, key_r_, key_c_;
+  std::vector<int> cc_;             // kept per column
+  std::vector<double> pr_, pc_;  // potentials of the row and column nodes
+  std::vector<double> dr_, dc_;  // distances of the current search
   std::vector<int> pred_r_, pred_c_;
 };
+
+// mask(i, j0 + c) |= bit c of `bits`, c < m (the m bits may straddle two words).
+void or_row_bits(BitMask& mask, int64_t i, int64_t j0, uint64_t bits, int m) {
+  uint64_t* words = mask.row_words(i) + (j0 >> 6);
+  const int shift = static_cast<int>(j0 & 63);
+  words[0] |= bits << shift;
+  if (shift + m > 64) words[1] |= bits >> (64 - shift);
+}
 
 }  // namespace
 
@@ -321,6 +357,17 @@ TransposableResult mask_transposable_exact(ConstMatrixViewF scores, NmPattern pa
         const int64_t i0 = b * m;
         for (int64_t t = 0; t < tiles_per_row; ++t) {
           const int64_t j0 = t * m;
+          if (!is_2_4 && n != m) {
+            iterations += solver.solve(scores.row(i0) + j0, scores.ld(), n);
+            for (int r = 0; r < m; ++r) {
+              const uint64_t bits = solver.row_bits(r);
+              or_row_bits(mask, i0 + r, j0, bits, m);
+              for (uint64_t k = bits; k != 0; k &= k - 1) {
+                objective += solver.score(r, std::countr_zero(k));
+              }
+            }
+            continue;
+          }
           for (int r = 0; r < m; ++r) {
             const float* row = scores.row(i0 + r) + j0;
             for (int c = 0; c < m; ++c) tile[static_cast<size_t>(r) * m + c] = row[c];
@@ -333,17 +380,10 @@ TransposableResult mask_transposable_exact(ConstMatrixViewF scores, NmPattern pa
             for (int r = 0; r < m; ++r) {
               for (int c = 0; c < m; ++c) emit(r, c);
             }
-          } else if (is_2_4) {
+          } else {
             const uint64_t bits = solve_2_4(tile.data());
             for (int k = 0; k < 16; ++k) {
               if ((bits >> k) & 1U) emit(k / 4, k % 4);
-            }
-          } else {
-            iterations += solver.solve(tile.data(), n);
-            for (int r = 0; r < m; ++r) {
-              for (int c = 0; c < m; ++c) {
-                if (solver.keep(r, c)) emit(r, c);
-              }
             }
           }
         }
