@@ -61,18 +61,19 @@ void BM_TransposableLemon(benchmark::State& state) {
   const int n = static_cast<int>(state.range(0));
   const int m = static_cast<int>(state.range(1));
   const Matrix w = laplace_scores(kSize, kSize);
+  testing::LemonTileSolver solver(n, m);
+  std::vector<int64_t> tile(static_cast<size_t>(m) * m);
   for (auto _ : state) {
     int64_t sum = 0;
     for (int64_t i0 = 0; i0 < kSize; i0 += m) {
       for (int64_t j0 = 0; j0 < kSize; j0 += m) {
-        std::vector<int64_t> tile(static_cast<size_t>(m) * m);
         for (int r = 0; r < m; ++r) {
           for (int c = 0; c < m; ++c) {
             tile[static_cast<size_t>(r) * m + c] =
                 std::llround(1e6 * static_cast<double>(w(i0 + r, j0 + c)));
           }
         }
-        sum += testing::lemon_tile_optimum(tile, n, m);
+        sum += solver.optimum(tile.data());
       }
     }
     benchmark::DoNotOptimize(sum);
