@@ -57,6 +57,10 @@
 #include <limits>
 #include <vector>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "mask/tile_rows.h"
 #include "nmsparse/mask/transposable.h"
 
@@ -129,35 +133,116 @@ uint64_t solve_2_4(const double* a) {
   return best_pattern;
 }
 
-// Successive shortest paths from the row-wise optimum, on one tile (m <= 64). The mask is held as
-// bitsets, one word per row and one per column, so every scan visits only the arcs that exist:
-// a row pop relaxes its m - n unkept columns, a column pop its kept rows. Workspace reused
-// across the tiles of a task.
+// Lanes of the dense Dijkstra: two doubles per SSE2 vector (every x86-64 CPU has SSE2); the
+// scalar versions compute the same values on other targets.
+#if defined(__SSE2__)
+// Minimum of k[0, len), len even.
+double lanes_min(const double* k, int len) {
+  __m128d v = _mm_loadu_pd(k);
+  for (int x = 2; x < len; x += 2) v = _mm_min_pd(v, _mm_loadu_pd(k + x));
+  return std::min(_mm_cvtsd_f64(v), _mm_cvtsd_f64(_mm_unpackhi_pd(v, v)));
+}
+// Bit x set where k[x] == value, x < len (even).
+uint64_t lanes_equal(const double* k, int len, double value) {
+  const __m128d v = _mm_set1_pd(value);
+  uint64_t bits = 0;
+  for (int x = 0; x < len; x += 2) {
+    bits |= static_cast<uint64_t>(_mm_movemask_pd(_mm_cmpeq_pd(_mm_loadu_pd(k + x), v))) << x;
+  }
+  return bits;
+}
+// For x < len (even), with reduced_x = u - c[x] - q[x] (a row pop) or c[x] + u - q[x] (a column
+// pop) and cand_x = best + max(0, reduced_x) + pen[x]: where cand_x < dist[x], set dist[x] =
+// key[x] = cand_x and pred[x] = from.
+template <bool kRowPop>
+void relax_lanes(double best, double u, const double* c, const double* q, const double* pen,
+                 int64_t from, int len, double* dist, double* key, int64_t* pred) {
+  const __m128d vb = _mm_set1_pd(best);
+  const __m128d vu = _mm_set1_pd(u);
+  const __m128d zero = _mm_setzero_pd();
+  const __m128i vfrom = _mm_set1_epi64x(from);
+  for (int x = 0; x < len; x += 2) {
+    const __m128d cx = _mm_loadu_pd(c + x);
+    const __m128d qx = _mm_loadu_pd(q + x);
+    // Row pop (r_i -> c_j): u - a_ij - pc_j. Column pop (c_j -> r_i): a_ij + u - pr_i.
+    const __m128d reduced =
+        kRowPop ? _mm_sub_pd(_mm_sub_pd(vu, cx), qx) : _mm_sub_pd(_mm_add_pd(cx, vu), qx);
+    const __m128d cand =
+        _mm_add_pd(_mm_add_pd(vb, _mm_max_pd(zero, reduced)), _mm_loadu_pd(pen + x));
+    const __m128d d = _mm_loadu_pd(dist + x);
+    const __m128d better = _mm_cmplt_pd(cand, d);
+    _mm_storeu_pd(dist + x, _mm_or_pd(_mm_and_pd(better, cand), _mm_andnot_pd(better, d)));
+    const __m128d k = _mm_loadu_pd(key + x);
+    _mm_storeu_pd(key + x, _mm_or_pd(_mm_and_pd(better, cand), _mm_andnot_pd(better, k)));
+    const __m128i b = _mm_castpd_si128(better);
+    const __m128i p = _mm_loadu_si128(reinterpret_cast<const __m128i*>(pred + x));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(pred + x),
+                     _mm_or_si128(_mm_and_si128(b, vfrom), _mm_andnot_si128(b, p)));
+  }
+}
+#else
+double lanes_min(const double* k, int len) {
+  double v = k[0];
+  for (int x = 1; x < len; ++x) v = std::min(v, k[x]);
+  return v;
+}
+uint64_t lanes_equal(const double* k, int len, double value) {
+  uint64_t bits = 0;
+  for (int x = 0; x < len; ++x) bits |= static_cast<uint64_t>(k[x] == value) << x;
+  return bits;
+}
+template <bool kRowPop>
+void relax_lanes(double best, double u, const double* c, const double* q, const double* pen,
+                 int64_t from, int len, double* dist, double* key, int64_t* pred) {
+  for (int x = 0; x < len; ++x) {
+    const double reduced = kRowPop ? (u - c[x]) - q[x] : (c[x] + u) - q[x];
+    const double cand = (best + std::max(0.0, reduced)) + pen[x];
+    const bool better = cand < dist[x];
+    dist[x] = better ? cand : dist[x];
+    key[x] = better ? cand : key[x];
+    pred[x] = better ? from : pred[x];
+  }
+}
+#endif
+
+// Successive shortest paths from the row-wise optimum, on one tile (m <= 64). Dijkstra is dense
+// and branch-free: every row and column node has a key (+inf once settled or while unreached), a
+// pop is a vector minimum over the 2m keys, and a relaxation updates all m neighbours at once with
+// an arc penalty (0 where the residual arc exists, +inf where it does not). A settled node is never
+// improved again (its distance is <= every later candidate), so no "settled" test is needed.
+// Branchy versions of the same loops ran at about half the speed: their branches on data (is this
+// arc shorter?) mispredict about half the time. Workspace reused across the tiles of a task.
 class FlowSolver {
  public:
   explicit FlowSolver(int m)
       : m_(m),
-        all_(m == 64 ? ~uint64_t{0} : (uint64_t{1} << m) - 1),
+        mp_((m + 1) & ~1),
+        a_(size(m)),
+        at_(size(m)),
+        pen_r_(size(m)),
+        pen_c_(size(m)),
         row_bits_(m),
-        col_bits_(m),
-        tile_(static_cast<size_t>(m) * m),
         rank_(m),
         cc_(m),
-        pr_(m),
-        pc_(m),
-        dr_(m),
-        dc_(m),
-        pred_r_(m),
-        pred_c_(m) {}
+        pr_(mp_),
+        pc_(mp_),
+        dist_r_(mp_),
+        dist_c_(mp_),
+        key_r_(mp_),
+        key_c_(mp_),
+        pred_r_(mp_),
+        pred_c_(mp_) {}
 
   // Solves the tile whose row r starts at src + r * ld. Returns augmentations; row_bits(r) and
   // score(r, c) then hold the mask and the tile's scores in double.
   int64_t solve(const float* src, int64_t ld, int n) {
     const int m = m_;
-    double* a = tile_.data();
-    std::fill(col_bits_.begin(), col_bits_.end(), uint64_t{0});
+    const int mp = mp_;
     std::fill(cc_.begin(), cc_.end(), 0);
     std::fill(pc_.begin(), pc_.end(), 0.0);
+    std::fill(pr_.begin(), pr_.end(), 0.0);
+    std::fill(pen_r_.begin(), pen_r_.end(), kInf);  // padding lanes stay +inf
+    std::fill(pen_c_.begin(), pen_c_.end(), kInf);
     double max_a = 0.0;
     for (int i = 0; i < m; ++i) {
       // Row-wise start: rank every entry of the row in float (branch-free, vectorised over `x`),
@@ -173,121 +258,89 @@ class FlowSolver {
       }
       uint64_t bits = 0;
       float dropped_max = 0.0f;
-      double* arow = a + static_cast<size_t>(i) * m;
+      double* arow = a_.data() + static_cast<size_t>(i) * mp;
       for (int x = 0; x < m; ++x) {
         const bool kept = rank[x] < n;
         bits |= static_cast<uint64_t>(kept) << x;
         cc_[x] += static_cast<int>(kept);
         dropped_max = kept ? dropped_max : std::max(dropped_max, row[x]);
         arow[x] = row[x];
+        at_[static_cast<size_t>(x) * mp + i] = row[x];
+        pen_r_[static_cast<size_t>(i) * mp + x] = kept ? kInf : 0.0;
+        pen_c_[static_cast<size_t>(x) * mp + i] = kept ? 0.0 : kInf;
         max_a = std::max(max_a, arow[x]);
       }
       row_bits_[i] = bits;
       pr_[i] = dropped_max;
-      for (uint64_t b = bits; b != 0; b &= b - 1) col_bits_[std::countr_zero(b)] |= uint64_t{1} << i;
     }
     int64_t excess = 0;
     for (int j = 0; j < m; ++j) excess += std::max(0, cc_[j] - n);
-    for (int64_t aug = 0; aug < excess; ++aug) augment(a, n);
-    certify(a, n, max_a);
+    for (int64_t aug = 0; aug < excess; ++aug) augment(n);
+    certify(n, max_a);
     return excess;
   }
 
   uint64_t row_bits(int i) const { return row_bits_[i]; }
-  double score(int i, int j) const { return tile_[static_cast<size_t>(i) * m_ + j]; }
-  bool keep(int i, int j) const { return (row_bits_[i] >> j) & 1U; }
+  double score(int i, int j) const { return a_[static_cast<size_t>(i) * mp_ + j]; }
 
  private:
+  static size_t size(int m) { return static_cast<size_t>(m) * static_cast<size_t>((m + 1) & ~1); }
+
   // One shortest path, in reduced costs, from any over-full column to the nearest under-full one;
   // moves one kept entry along it (every row keeps n throughout).
-  void augment(const double* a, int n) {
+  void augment(int n) {
     const int m = m_;
-    uint64_t open_c = 0;  // reached, not yet popped
-    uint64_t open_r = 0;
-    uint64_t done_c = 0;
-    uint64_t done_r = 0;
+    const int mp = mp_;
+    std::fill(dist_r_.begin(), dist_r_.end(), kInf);
+    std::fill(dist_c_.begin(), dist_c_.end(), kInf);
     uint64_t under = 0;  // columns keeping fewer than n
     for (int j = 0; j < m; ++j) {
-      const int count = cc_[j];
-      dc_[j] = kInf;
-      if (count > n) {
-        dc_[j] = 0.0;
+      if (cc_[j] > n) {
+        dist_c_[j] = 0.0;
         pred_c_[j] = -1;
-        open_c |= uint64_t{1} << j;
       }
-      under |= static_cast<uint64_t>(count < n) << j;
+      under |= static_cast<uint64_t>(cc_[j] < n) << j;
     }
-    for (int i = 0; i < m; ++i) dr_[i] = kInf;
+    key_r_ = dist_r_;
+    key_c_ = dist_c_;
     int target = -1;
     double reach = 0.0;
     for (;;) {
-      // Pop the closest open node; columns first, then rows, lower index first on ties. The
-      // selects compile to conditional moves: a branch here mispredicts about half the time.
-      double best = kInf;
-      int index = -1;
-      for (uint64_t b = open_c; b != 0; b &= b - 1) {
-        const int j = std::countr_zero(b);
-        const bool better = dc_[j] < best;
-        best = better ? dc_[j] : best;
-        index = better ? j : index;
-      }
-      int row_index = -1;
-      for (uint64_t b = open_r; b != 0; b &= b - 1) {
-        const int i = std::countr_zero(b);
-        const bool better = dr_[i] < best;
-        best = better ? dr_[i] : best;
-        row_index = better ? i : row_index;
-      }
-      const bool is_row = row_index >= 0;
-      index = is_row ? row_index : index;
-      NMS_ASSERT(index >= 0, "no path from an over-full to an under-full column");
-      const uint64_t bit = uint64_t{1} << index;
-      if (is_row) {
-        const int i = index;
-        open_r &= ~bit;
-        done_r |= bit;
-        const double* row = a + static_cast<size_t>(i) * m;
-        // Arcs r_i -> c_j for unkept (i, j): cost -a_ij. Branch-free relaxation.
-        const uint64_t reached = ~row_bits_[i] & ~done_c & all_;
-        for (uint64_t b = reached; b != 0; b &= b - 1) {
-          const int j = std::countr_zero(b);
-          const double d = best + std::max(0.0, pr_[i] - row[j] - pc_[j]);
-          const bool better = d < dc_[j];
-          dc_[j] = better ? d : dc_[j];
-          pred_c_[j] = better ? i : pred_c_[j];
-        }
-        open_c |= reached;
-      } else {
-        const int j = index;
+      // Pop the closest unsettled node; columns first, then rows, lower index first on ties.
+      const double best = std::min(lanes_min(key_c_.data(), mp), lanes_min(key_r_.data(), mp));
+      NMS_ASSERT(best < kInf, "no path from an over-full to an under-full column");
+      const uint64_t cols = lanes_equal(key_c_.data(), mp, best);
+      if (cols != 0) {
+        const int j = std::countr_zero(cols);
         if ((under >> j) & 1U) {
           target = j;
           reach = best;
           break;
         }
-        open_c &= ~bit;
-        done_c |= bit;
-        // Arcs c_j -> r_i for kept (i, j): cost +a_ij.
-        const uint64_t reached = col_bits_[j] & ~done_r;
-        for (uint64_t b = reached; b != 0; b &= b - 1) {
-          const int i = std::countr_zero(b);
-          const double d = best + std::max(0.0, a[static_cast<size_t>(i) * m + j] + pc_[j] - pr_[i]);
-          const bool better = d < dr_[i];
-          dr_[i] = better ? d : dr_[i];
-          pred_r_[i] = better ? j : pred_r_[i];
-        }
-        open_r |= reached;
+        key_c_[j] = kInf;
+        // Arcs c_j -> r_i for kept (i, j): cost +a_ij, reduced a_ij + pi(c_j) - pi(r_i).
+        const size_t off = static_cast<size_t>(j) * mp;
+        relax_lanes<false>(best, pc_[j], at_.data() + off, pr_.data(), pen_c_.data() + off, j, mp,
+                           dist_r_.data(), key_r_.data(), pred_r_.data());
+      } else {
+        const int i = std::countr_zero(lanes_equal(key_r_.data(), mp, best));
+        key_r_[i] = kInf;
+        // Arcs r_i -> c_j for unkept (i, j): cost -a_ij, reduced pi(r_i) - a_ij - pi(c_j).
+        const size_t off = static_cast<size_t>(i) * mp;
+        relax_lanes<true>(best, pr_[i], a_.data() + off, pc_.data(), pen_r_.data() + off, i, mp,
+                          dist_c_.data(), key_c_.data(), pred_c_.data());
       }
     }
     // Potentials: pi += min(d, reach) keeps every reduced cost >= 0.
-    for (int i = 0; i < m; ++i) pr_[i] += std::min(dr_[i], reach);
-    for (int j = 0; j < m; ++j) pc_[j] += std::min(dc_[j], reach);
+    for (int i = 0; i < m; ++i) pr_[i] += std::min(dist_r_[i], reach);
+    for (int j = 0; j < m; ++j) pc_[j] += std::min(dist_c_[j], reach);
     // Move one kept entry per row along the path, from the target back to its source column.
     int j = target;
     ++cc_[j];
     for (;;) {
-      const int i = pred_c_[j];
+      const int i = static_cast<int>(pred_c_[j]);
       flip(i, j);
-      j = pred_r_[i];
+      j = static_cast<int>(pred_r_[i]);
       flip(i, j);
       if (pred_c_[j] < 0) break;  // a source column (path columns got a predecessor this search)
     }
@@ -296,21 +349,21 @@ class FlowSolver {
 
   void flip(int i, int j) {
     row_bits_[i] ^= uint64_t{1} << j;
-    col_bits_[j] ^= uint64_t{1} << i;
+    const bool kept = (row_bits_[i] >> j) & 1U;
+    pen_r_[static_cast<size_t>(i) * mp_ + j] = kept ? kInf : 0.0;
+    pen_c_[static_cast<size_t>(j) * mp_ + i] = kept ? 0.0 : kInf;
   }
 
   // Dual certificate (see the file comment): asserts the duality gap is within rounding.
-  void certify(const double* a, int n, double max_a) const {
+  void certify(int n, double max_a) const {
     const int m = m_;
     double gap = 0.0;
     for (int i = 0; i < m; ++i) {
-      int kept = 0;
-      for (uint64_t b = row_bits_[i]; b != 0; b &= b - 1) ++kept;
-      NMS_ASSERT(kept == n && cc_[i] == n, "row/column ", i, " keeps ", kept, "/", cc_[i],
-                 " after the last augmentation");
+      NMS_ASSERT(std::popcount(row_bits_[i]) == n && cc_[i] == n, "row/column ", i, " keeps ",
+                 std::popcount(row_bits_[i]), "/", cc_[i], " after the last augmentation");
       for (int j = 0; j < m; ++j) {
-        const double slack = a[static_cast<size_t>(i) * m + j] - pr_[i] + pc_[j];
-        gap += keep(i, j) ? std::max(0.0, -slack) : std::max(0.0, slack);
+        const double slack = score(i, j) - pr_[i] + pc_[j];
+        gap += (row_bits_[i] >> j) & 1U ? std::max(0.0, -slack) : std::max(0.0, slack);
       }
     }
     NMS_ASSERT(gap <= 1e-9 * m * max_a, "transposable exact: duality gap ", gap,
@@ -318,15 +371,17 @@ class FlowSolver {
   }
 
   int m_;
-  uint64_t all_;
+  int mp_;                          // m rounded up to the vector width (2 doubles)
+  std::vector<double> a_;           // scores, row-major, rows padded to mp_
+  std::vector<double> at_;          // scores, column-major, padded
+  std::vector<double> pen_r_;       // row-major: 0 where r_i -> c_j exists (unkept), else +inf
+  std::vector<double> pen_c_;       // column-major: 0 where c_j -> r_i exists (kept), else +inf
   std::vector<uint64_t> row_bits_;  // bit j of row i: (i, j) kept
-  std::vector<uint64_t> col_bits_;  // bit i of column j: (i, j) kept
-  std::vector<double> tile_;        // the scores in double, row-major
   std::vector<int> rank_;
-  std::vector<int> cc_;             // kept per column
+  std::vector<int> cc_;          // kept per column
   std::vector<double> pr_, pc_;  // potentials of the row and column nodes
-  std::vector<double> dr_, dc_;  // distances of the current search
-  std::vector<int> pred_r_, pred_c_;
+  std::vector<double> dist_r_, dist_c_, key_r_, key_c_;
+  std::vector<int64_t> pred_r_, pred_c_;
 };
 
 // mask(i, j0 + c) |= bit c of `bits`, c < m (the m bits may straddle two words).
