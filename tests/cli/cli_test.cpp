@@ -99,10 +99,11 @@ class Cli : public ::testing::Test {
 
 TEST_F(Cli, HelpAndVersion) {
   const Result r = ok("--help");
-  for (const char* sub : {"info", "mask", "verify", "pack", "unpack", "generate"}) {
+  for (const char* sub : {"info", "mask", "verify", "pack", "unpack", "generate", "bench"}) {
     EXPECT_NE(r.out.find(sub), std::string::npos) << sub;
   }
   EXPECT_NE(ok("mask --help").out.find("--write-masks"), std::string::npos);
+  EXPECT_NE(ok("bench masks --help").out.find("--llama3-8b-block"), std::string::npos);
   EXPECT_NE(ok("--version").out.find("nmsparse"), std::string::npos);
   EXPECT_EQ(run("").status, 2);
   EXPECT_EQ(run("frobnicate").status, 2);
@@ -419,6 +420,125 @@ TEST_F(Cli, CorruptInputsAreRefused) {
     }
   }
   EXPECT_GE(files, 8);
+}
+
+// `bench masks` on small shapes: the report's fields, the methods' objectives against each other
+// (row-wise >= exact >= greedy: the transposable masks are restrictions of the row-wise one), and
+// exact == LEMON when LEMON is compiled in.
+const nlohmann::json* find_result(const nlohmann::json& report, const std::string& shape,
+                                  const std::string& pattern, const std::string& method) {
+  for (const auto& r : report["results"]) {
+    if (r["shape"] == shape && r["pattern"] == pattern && r["method"] == method) return &r;
+  }
+  return nullptr;
+}
+
+TEST_F(Cli, BenchMasksReport) {
+  ok("bench masks --shape 64x64,32x96 --nm 4:8,16:32 --repeats 2 --threads 2 "
+     "--warmup 1 --methods exact,greedy,entropic,rowwise --json r.json -q");
+  const auto j = nlohmann::json::parse(slurp(path("r.json")));
+  EXPECT_EQ(j["command"], "bench masks");
+  EXPECT_EQ(j["repeats"], 2);
+  EXPECT_EQ(j["warmup"], 1);
+  EXPECT_EQ(j["threads"], 2);
+  EXPECT_EQ(j["dist"], "laplace");
+  EXPECT_EQ(j["order"], "round-robin");
+  EXPECT_TRUE(j["objective_match"].is_null());  // no lemon run
+  EXPECT_TRUE(j["failures"].empty());
+  ASSERT_EQ(j["shapes"].size(), 2u);
+  ASSERT_EQ(j["results"].size(), 2u * 2u * 4u);
+  for (const auto& r : j["results"]) {
+    ASSERT_EQ(r["seconds"].size(), 2u) << r;
+    EXPECT_GT(r["median_s"].get<double>(), 0.0) << r;
+    EXPECT_LE(r["min_s"].get<double>(), r["median_s"].get<double>()) << r;
+    EXPECT_GT(r["weights_per_s"].get<double>(), 0.0) << r;
+    EXPECT_TRUE(r["checked"].get<bool>()) << r;
+    EXPECT_TRUE(r["vs_lemon"].is_null()) << r;
+    EXPECT_GT(r["vs_exact"].get<double>(), 0.0) << r;
+    EXPECT_GT(r["objective"].get<int64_t>(), 0) << r;
+  }
+  for (const char* shape : {"64x64", "32x96"}) {
+    for (const char* pattern : {"4:8", "16:32"}) {
+      const auto* exact = find_result(j, shape, pattern, "exact");
+      const auto* greedy = find_result(j, shape, pattern, "greedy");
+      const auto* entropic = find_result(j, shape, pattern, "entropic");
+      const auto* rowwise = find_result(j, shape, pattern, "rowwise");
+      ASSERT_TRUE(exact && greedy && entropic && rowwise) << shape << " " << pattern;
+      const auto e = (*exact)["objective"].get<int64_t>();
+      EXPECT_DOUBLE_EQ((*exact)["vs_exact"].get<double>(), 1.0);
+      EXPECT_GE((*rowwise)["objective"].get<int64_t>(), e) << shape << " " << pattern;
+      EXPECT_LE((*greedy)["objective"].get<int64_t>(), e) << shape << " " << pattern;
+      EXPECT_LE((*entropic)["objective"].get<int64_t>(), e) << shape << " " << pattern;
+      // 16:32 on 32 columns: a tile is a whole 32x32 block; the ratio is the inverse time ratio.
+      EXPECT_NEAR((*greedy)["vs_exact"].get<double>(),
+                  (*exact)["median_s"].get<double>() / (*greedy)["median_s"].get<double>(), 1e-9);
+    }
+  }
+  // Same seed, same scores: the objectives are reproducible; another seed changes them.
+  const auto again = nlohmann::json::parse(
+      ok("bench masks --shape 64x64 --nm 4:8 --repeats 1 --methods exact --json -").out);
+  EXPECT_EQ(again["results"][0]["objective"],
+            (*find_result(j, "64x64", "4:8", "exact"))["objective"]);
+  const auto other = nlohmann::json::parse(
+      ok("bench masks --shape 64x64 --nm 4:8 --repeats 1 --methods exact --seed 7 --dist gauss "
+         "--json -")
+          .out);
+  EXPECT_NE(other["results"][0]["objective"], again["results"][0]["objective"]);
+  // Human output: a table per shape with the documented columns.
+  const Result human = ok("bench masks --shape 64x64 --nm 4:8 --repeats 1 --methods exact,rowwise");
+  for (const char* col : {"pattern", "method", "median ms", "Mweights/s", "vs lemon", "vs exact",
+                          "objective", "rowwise"}) {
+    EXPECT_NE(human.out.find(col), std::string::npos) << col << "\n" << human.out;
+  }
+}
+
+TEST_F(Cli, BenchMasksExactMatchesLemon) {
+  const auto probe = nlohmann::json::parse(
+      ok("bench masks --shape 32x32 --nm 4:8 --repeats 1 --methods exact --json -").out);
+  if (!probe["lemon_available"].get<bool>()) {
+    fails("bench masks --shape 32x32 --methods lemon", "liblemon-dev");
+    GTEST_SKIP() << "nmsparse built without LEMON";
+  }
+  for (const char* threads : {"1", "2"}) {
+    const auto j = nlohmann::json::parse(
+        ok(std::string("bench masks --shape 64x64 --nm 2:4,4:8,8:16,16:32 --repeats 2 --threads ") +
+           threads + " --methods lemon,exact,rowwise --json -")
+            .out);
+    EXPECT_EQ(j["objective_match"], true);
+    EXPECT_TRUE(j["failures"].empty());
+    for (const char* pattern : {"2:4", "4:8", "8:16", "16:32"}) {
+      const auto* exact = find_result(j, "64x64", pattern, "exact");
+      const auto* lemon = find_result(j, "64x64", pattern, "lemon");
+      ASSERT_TRUE(exact && lemon) << pattern;
+      EXPECT_EQ((*exact)["objective_match"], true) << pattern;
+      EXPECT_EQ((*exact)["lemon_objective"], (*lemon)["objective"]) << pattern;
+      EXPECT_EQ((*exact)["objective"], (*lemon)["objective"]) << pattern;
+      EXPECT_DOUBLE_EQ((*lemon)["vs_lemon"].get<double>(), 1.0);
+      EXPECT_NEAR((*exact)["vs_lemon"].get<double>(),
+                  (*lemon)["median_s"].get<double>() / (*exact)["median_s"].get<double>(), 1e-9);
+      EXPECT_GE((*find_result(j, "64x64", pattern, "rowwise"))["objective"].get<int64_t>(),
+                (*exact)["objective"].get<int64_t>());
+    }
+  }
+  const Result human = ok("bench masks --shape 32x32 --nm 4:8 --repeats 1");  // exact,lemon default
+  EXPECT_NE(human.out.find("exact objective == LEMON optimum"), std::string::npos) << human.out;
+}
+
+TEST_F(Cli, BenchMasksBadInputs) {
+  fails("bench masks --nm 4:x", "'4:x'");
+  fails("bench masks --nm 9:8", "n (9) exceeds group size m (8)");
+  fails("bench masks --shape 100x64 --nm 4:8", "shape 100x64");
+  fails("bench masks --shape 64x64,64x60 --nm 4:8", "shape 64x60");
+  fails("bench masks --shape 64by64", "'64by64'");
+  fails("bench masks --llama3-8b-block --nm 3:6", "q_proj (4096x4096)");
+  fails("bench masks --shape 64x64 --llama3-8b-block", "not both");
+  fails("bench masks --methods exact,simplex", "unknown method 'simplex'");
+  fails("bench masks --methods exact,exact", "exact twice");
+  fails("bench masks --repeats 0", "--repeats must be at least 1 (got 0)");
+  fails("bench masks --dist cauchy", "'cauchy'");
+  fails("bench masks --warmup -1", "--warmup must be at least 0 (got -1)");
+  fails("bench masks --shape 32768x16384", "2^28");
+  fails("bench", "A subcommand is required");
 }
 
 }  // namespace

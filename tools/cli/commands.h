@@ -12,5 +12,6 @@ void add_verify_command(CLI::App& app, int& exit_code);
 void add_pack_command(CLI::App& app, int& exit_code);
 void add_unpack_command(CLI::App& app, int& exit_code);
 void add_generate_command(CLI::App& app, int& exit_code);
+void add_bench_command(CLI::App& app, int& exit_code);  // bench masks
 
 }  // namespace nms::cli
