@@ -54,6 +54,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -180,7 +181,82 @@ void relax_lanes(double best, double u, const double* c, const double* q, const 
                      _mm_or_si128(_mm_and_si128(b, vfrom), _mm_andnot_si128(b, p)));
   }
 }
+// Bisection for many lines at once, in float (a heuristic split, verified by the caller where it
+// matters): line l < lanes (a multiple of 4) holds v_x(l) = base[x * stride + l] + shift[x],
+// x < m. Each step sets t = (lo + hi) / 2 from [min_x v, max_x v] and counts the values above t,
+// branch-free for all lines; a line whose count is exactly n keeps its t from then on. Stops
+// after `steps` or when every line has its split; returns bit l set when line l has one (then
+// exactly n of its values are > t[l] in float).
+uint64_t split_lines(const float* base, int stride, const float* shift, int m, int lanes, int n,
+                     int steps, float* t, float* lo, float* hi) {
+  const __m128 one = _mm_set1_ps(1.0f);
+  const __m128 half = _mm_set1_ps(0.5f);
+  const __m128 target = _mm_set1_ps(static_cast<float>(n));
+  for (int l = 0; l < lanes; l += 4) {
+    __m128 vlo = _mm_set1_ps(std::numeric_limits<float>::infinity());
+    __m128 vhi = _mm_set1_ps(-std::numeric_limits<float>::infinity());
+    for (int x = 0; x < m; ++x) {
+      const __m128 v = _mm_add_ps(_mm_loadu_ps(base + x * stride + l), _mm_set1_ps(shift[x]));
+      vlo = _mm_min_ps(vlo, v);
+      vhi = _mm_max_ps(vhi, v);
+    }
+    _mm_storeu_ps(lo + l, vlo);
+    _mm_storeu_ps(hi + l, vhi);
+    _mm_storeu_ps(t + l, _mm_mul_ps(half, _mm_add_ps(vlo, vhi)));
+  }
+  uint64_t done = 0;
+  const uint64_t all = m == 64 ? ~uint64_t{0} : (uint64_t{1} << m) - 1;  // lines = m
+  for (int step = 0; step < steps && done != all; ++step) {
+    done = 0;
+    for (int l = 0; l < lanes; l += 4) {
+      const __m128 vt = _mm_loadu_ps(t + l);
+      __m128 count = _mm_setzero_ps();
+      for (int x = 0; x < m; ++x) {
+        const __m128 v = _mm_add_ps(_mm_loadu_ps(base + x * stride + l), _mm_set1_ps(shift[x]));
+        count = _mm_add_ps(count, _mm_and_ps(_mm_cmpgt_ps(v, vt), one));
+      }
+      // count > n: lo = t; count < n: hi = t; count == n: lo = hi = t (t stays).
+      const __m128 raise = _mm_cmpge_ps(count, target);
+      const __m128 lower = _mm_cmple_ps(count, target);
+      const __m128 nlo =
+          _mm_or_ps(_mm_and_ps(raise, vt), _mm_andnot_ps(raise, _mm_loadu_ps(lo + l)));
+      const __m128 nhi =
+          _mm_or_ps(_mm_and_ps(lower, vt), _mm_andnot_ps(lower, _mm_loadu_ps(hi + l)));
+      _mm_storeu_ps(lo + l, nlo);
+      _mm_storeu_ps(hi + l, nhi);
+      _mm_storeu_ps(t + l, _mm_mul_ps(half, _mm_add_ps(nlo, nhi)));
+      done |= static_cast<uint64_t>(_mm_movemask_ps(_mm_and_ps(raise, lower))) << l;
+    }
+  }
+  return done & all;
+}
 #else
+uint64_t split_lines(const float* base, int stride, const float* shift, int m, int lanes, int n,
+                     int steps, float* t, float* lo, float* hi) {
+  for (int l = 0; l < lanes; ++l) {
+    lo[l] = std::numeric_limits<float>::infinity();
+    hi[l] = -std::numeric_limits<float>::infinity();
+    for (int x = 0; x < m; ++x) {
+      lo[l] = std::min(lo[l], base[x * stride + l] + shift[x]);
+      hi[l] = std::max(hi[l], base[x * stride + l] + shift[x]);
+    }
+    t[l] = 0.5f * (lo[l] + hi[l]);
+  }
+  uint64_t done = 0;
+  const uint64_t all = m == 64 ? ~uint64_t{0} : (uint64_t{1} << m) - 1;  // lines = m
+  for (int step = 0; step < steps && done != all; ++step) {
+    done = 0;
+    for (int l = 0; l < lanes; ++l) {
+      int count = 0;
+      for (int x = 0; x < m; ++x) count += static_cast<int>(base[x * stride + l] + shift[x] > t[l]);
+      if (count >= n) lo[l] = t[l];
+      if (count <= n) hi[l] = t[l];
+      t[l] = 0.5f * (lo[l] + hi[l]);
+      done |= static_cast<uint64_t>(count == n) << l;
+    }
+  }
+  return done & all;
+}
 double lanes_min(const double* k, int len) {
   double v = k[0];
   for (int x = 1; x < len; ++x) v = std::min(v, k[x]);
@@ -212,6 +288,12 @@ void relax_lanes(double best, double u, const double* c, const double* q, const 
 // improved again (its distance is <= every later candidate), so no "settled" test is needed.
 // Branchy versions of the same loops ran at about half the speed: their branches on data (is this
 // arc shorter?) mispredict about half the time. Workspace reused across the tiles of a task.
+int balance_rounds(int m) {
+  return m <= 8 ? 1 : (m <= 16 ? 2 : 3);
+}
+constexpr int kBalanceSteps = 6;
+constexpr int kSplitSteps = 24;
+
 class FlowSolver {
  public:
   explicit FlowSolver(int m)
@@ -223,6 +305,16 @@ class FlowSolver {
         pen_c_(size(m)),
         row_bits_(m),
         rank_(m),
+        line_(m),
+        m4_((m + 3) & ~3),
+        af_(static_cast<size_t>(m) * m4_),
+        atf_(static_cast<size_t>(m) * m4_),
+        prf_(m4_),
+        pcf_(m4_),
+        negf_(m4_),
+        lo_(m4_),
+        hi_(m4_),
+        split_(m4_),
         cc_(m),
         pr_(mp_),
         pc_(mp_),
@@ -245,30 +337,57 @@ class FlowSolver {
     std::fill(pen_c_.begin(), pen_c_.end(), kInf);
     double max_a = 0.0;
     for (int i = 0; i < m; ++i) {
-      // Row-wise start: rank every entry of the row in float (branch-free, vectorised over `x`),
-      // keep rank < n, and set pi(r_i) to the largest dropped score.
       const float* row = src + i * ld;
-      int* rank = rank_.data();
-      for (int x = 0; x < m; ++x) rank[x] = 0;
-      for (int y = 0; y < m; ++y) {
-        const float v = row[y];
-        for (int x = 0; x < m; ++x) {
-          rank[x] += static_cast<int>((v > row[x]) | ((v == row[x]) & (y < x)));
-        }
-      }
-      uint64_t bits = 0;
-      float dropped_max = 0.0f;
       double* arow = a_.data() + static_cast<size_t>(i) * mp;
       for (int x = 0; x < m; ++x) {
-        const bool kept = rank[x] < n;
-        bits |= static_cast<uint64_t>(kept) << x;
-        cc_[x] += static_cast<int>(kept);
-        dropped_max = kept ? dropped_max : std::max(dropped_max, row[x]);
         arow[x] = row[x];
         at_[static_cast<size_t>(x) * mp + i] = row[x];
+        af_[static_cast<size_t>(i) * m4_ + x] = row[x];
+        atf_[static_cast<size_t>(x) * m4_ + i] = row[x];
+        max_a = std::max(max_a, arow[x]);
+      }
+    }
+    // Dual balancing (a heuristic; any pi(c) gives a valid start): alternately set each column's
+    // price to minus a value between its n-th and (n+1)-th largest a_ij - pi(r_i), and each row's
+    // to the same split of a_ij + pi(c_j), by a few bisection steps for all lines at once.
+    const int m4 = m4_;
+    const int br = balance_rounds(m);
+    std::fill(prf_.begin(), prf_.end(), 0.0f);
+    std::fill(pcf_.begin(), pcf_.end(), 0.0f);
+    for (int round = 0; round < br; ++round) {
+      for (int i = 0; i < m; ++i) negf_[i] = -prf_[i];
+      split_lines(af_.data(), m4, negf_.data(), m, m4, n, kBalanceSteps, pcf_.data(), lo_.data(),
+                  hi_.data());
+      for (int j = 0; j < m; ++j) pcf_[j] = -pcf_[j];
+      if (round + 1 == br) break;
+      split_lines(atf_.data(), m4, pcf_.data(), m, m4, n, kBalanceSteps, prf_.data(), lo_.data(),
+                  hi_.data());
+    }
+    for (int j = 0; j < m; ++j) pc_[j] = pcf_[j];
+    // Start: row i keeps its n best b_ij = a_ij + pi(c_j) (ties to the lower j) and pi(r_i) =
+    // its largest dropped b_ij, so every reduced cost is >= 0: the start is a min-cost pseudo-flow
+    // whose only violations are column counts. The kept set is {b > t_i} for the split t_i found
+    // by bisection in float, when exactly n of the double b_ij pass it; otherwise (ties, or float
+    // rounding at t_i) the row is ranked.
+    const uint64_t split = split_lines(atf_.data(), m4, pcf_.data(), m, m4, n, kSplitSteps,
+                                       split_.data(), lo_.data(), hi_.data());
+    for (int i = 0; i < m; ++i) {
+      const double* arow = a_.data() + static_cast<size_t>(i) * mp;
+      double* b = line_.data();
+      for (int x = 0; x < m; ++x) b[x] = arow[x] + pc_[x];
+      uint64_t bits = 0;
+      if ((split >> i) & 1U) {
+        const double t = split_[i];
+        for (int x = 0; x < m; ++x) bits |= static_cast<uint64_t>(b[x] > t) << x;
+      }
+      if (std::popcount(bits) != n) bits = rank_top(n);
+      double dropped_max = -kInf;
+      for (int x = 0; x < m; ++x) {
+        const bool kept = (bits >> x) & 1U;
+        cc_[x] += static_cast<int>(kept);
+        dropped_max = kept ? dropped_max : std::max(dropped_max, b[x]);
         pen_r_[static_cast<size_t>(i) * mp + x] = kept ? kInf : 0.0;
         pen_c_[static_cast<size_t>(x) * mp + i] = kept ? 0.0 : kInf;
-        max_a = std::max(max_a, arow[x]);
       }
       row_bits_[i] = bits;
       pr_[i] = dropped_max;
@@ -284,6 +403,21 @@ class FlowSolver {
   double score(int i, int j) const { return a_[static_cast<size_t>(i) * mp_ + j]; }
 
  private:
+  // Bits of the n largest of line_[0, m), ties to the lower index (rank counting, O(m^2)).
+  uint64_t rank_top(int n) {
+    const double* v = line_.data();
+    int* rank = rank_.data();
+    for (int x = 0; x < m_; ++x) rank[x] = 0;
+    for (int y = 0; y < m_; ++y) {
+      for (int x = 0; x < m_; ++x) {
+        rank[x] += static_cast<int>((v[y] > v[x]) | ((v[y] == v[x]) & (y < x)));
+      }
+    }
+    uint64_t bits = 0;
+    for (int x = 0; x < m_; ++x) bits |= static_cast<uint64_t>(rank[x] < n) << x;
+    return bits;
+  }
+
   static size_t size(int m) { return static_cast<size_t>(m) * static_cast<size_t>((m + 1) & ~1); }
 
   // One shortest path, in reduced costs, from any over-full column to the nearest under-full one;
@@ -378,8 +512,13 @@ class FlowSolver {
   std::vector<double> pen_c_;       // column-major: 0 where c_j -> r_i exists (kept), else +inf
   std::vector<uint64_t> row_bits_;  // bit j of row i: (i, j) kept
   std::vector<int> rank_;
-  std::vector<int> cc_;          // kept per column
-  std::vector<double> pr_, pc_;  // potentials of the row and column nodes
+  std::vector<double> line_;             // one row being ranked
+  int m4_;                               // m rounded up to 4 float lanes
+  std::vector<float> af_, atf_;          // scores, row- and column-major, padded
+  std::vector<float> prf_, pcf_, negf_;  // balancing prices, float
+  std::vector<float> lo_, hi_, split_;   // bisection state, one lane per line
+  std::vector<int> cc_;                  // kept per column
+  std::vector<double> pr_, pc_;          // potentials of the row and column nodes
   std::vector<double> dist_r_, dist_c_, key_r_, key_c_;
   std::vector<int64_t> pred_r_, pred_c_;
 };
