@@ -70,68 +70,162 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// The 90 valid 2:4 transposable patterns, ascending.
-const std::vector<uint16_t>& patterns_2_4() {
-  static const std::vector<uint16_t> list = [] {
-    std::vector<uint16_t> out;
-    for (uint32_t p = 0; p < (1U << 16); ++p) {
-      bool ok = true;
-      for (int k = 0; k < 4 && ok; ++k) {
-        int row = 0;
-        int col = 0;
-        for (int l = 0; l < 4; ++l) {
-          row += (p >> (4 * k + l)) & 1U;
-          col += (p >> (4 * l + k)) & 1U;
-        }
-        ok = row == 2 && col == 2;
-      }
-      if (ok) out.push_back(static_cast<uint16_t>(p));
-    }
-    NMS_ASSERT(out.size() == 90, "found ", out.size(), " 2:4 transposable patterns, not 90");
-    return out;
-  }();
-  return list;
-}
-
-// Row-pair index of a 4-bit row with two bits set: (a, b) with a < b.
-struct Pair {
-  int a;
-  int b;
+// 2:4 search tables. A row keeps one of 6 column pairs, numbered in increasing order of their
+// 4-bit masks. The 90 patterns are enumerated as (P3, P2) x completions: rows 3 and 2 pick any
+// pairs (36 combinations, in increasing (P3, P2) order), which leaves each column needing
+// 2 - (its count) more kept entries from rows 1 and 0; the residual needs take 19 distinct
+// values, and each lists its valid (P1, P0) completions in increasing order (1, 2 or 6 of them;
+// 90 in all over the 36 combinations).
+struct Tables24 {
+  static constexpr std::array<uint8_t, 6> kPairMask = {0x3, 0x5, 0x6, 0x9, 0xA, 0xC};
+  std::array<uint8_t, 36> combo_residual{};         // (P3, P2) combination -> residual id
+  std::vector<std::array<uint8_t, 2>> completions;  // (P1, P0), grouped by residual id
+  std::vector<int> first;                           // completions of id q: [first[q], first[q+1])
 };
-const std::array<Pair, 16>& row_pairs() {
-  static const std::array<Pair, 16> pairs = [] {
-    std::array<Pair, 16> out{};
-    for (int a = 0; a < 4; ++a) {
-      for (int b = a + 1; b < 4; ++b) out[(1 << a) | (1 << b)] = {a, b};
+
+const Tables24& tables_2_4() {
+  static const Tables24 tables = [] {
+    Tables24 t;
+    std::vector<int> codes;  // residual need, base-3 digits per column
+    std::vector<std::vector<std::array<uint8_t, 2>>> lists;
+    auto need_code = [](int pa, int pb) {
+      int code = 0;
+      for (int c = 3; c >= 0; --c) {
+        code = 3 * code + 2 - ((Tables24::kPairMask[pa] >> c) & 1) -
+               ((Tables24::kPairMask[pb] >> c) & 1);
+      }
+      return code;
+    };
+    for (int p3 = 0; p3 < 6; ++p3) {
+      for (int p2 = 0; p2 < 6; ++p2) {
+        const int code = need_code(p3, p2);
+        auto it = std::find(codes.begin(), codes.end(), code);
+        if (it == codes.end()) {
+          codes.push_back(code);
+          lists.emplace_back();
+          for (int p1 = 0; p1 < 6; ++p1) {
+            for (int p0 = 0; p0 < 6; ++p0) {
+              // (P1, P0) completes exactly when it covers the residual need: 2 - need = 0.
+              if (need_code(p1, p0) == 80 - code) {
+                lists.back().push_back({static_cast<uint8_t>(p1), static_cast<uint8_t>(p0)});
+              }
+            }
+          }
+          it = codes.end() - 1;
+        }
+        t.combo_residual[static_cast<size_t>(6 * p3 + p2)] =
+            static_cast<uint8_t>(it - codes.begin());
+      }
     }
-    return out;
+    // Residual ids in increasing completion count (6 with 1, 12 with 2, 1 with 6), so the
+    // search below runs fixed-length loops.
+    std::vector<int> order(lists.size());
+    for (size_t q = 0; q < order.size(); ++q) order[q] = static_cast<int>(q);
+    std::stable_sort(order.begin(), order.end(), [&](int x, int y) {
+      return lists[static_cast<size_t>(x)].size() < lists[static_cast<size_t>(y)].size();
+    });
+    std::vector<uint8_t> id_of(lists.size());
+    for (size_t q = 0; q < order.size(); ++q) {
+      id_of[static_cast<size_t>(order[q])] = static_cast<uint8_t>(q);
+    }
+    for (auto& q : t.combo_residual) q = id_of[q];
+    std::vector<std::vector<std::array<uint8_t, 2>>> sorted;
+    for (const int q : order) sorted.push_back(lists[static_cast<size_t>(q)]);
+    lists = std::move(sorted);
+    size_t total = 0;
+    for (const auto& list : lists) {
+      t.first.push_back(static_cast<int>(t.completions.size()));
+      t.completions.insert(t.completions.end(), list.begin(), list.end());
+    }
+    t.first.push_back(static_cast<int>(t.completions.size()));
+    for (int k = 0; k < 36; ++k) {
+      const int q = t.combo_residual[static_cast<size_t>(k)];
+      total += static_cast<size_t>(t.first[static_cast<size_t>(q) + 1] -
+                                   t.first[static_cast<size_t>(q)]);
+    }
+    NMS_ASSERT(codes.size() == 19 && total == 90 && t.first[6] == 6 && t.first[18] == 30 &&
+                   t.first[19] == 36,
+               "2:4 tables: ", codes.size(), " residuals, ", total, " patterns (want 19 and 90)");
+    return t;
   }();
-  return pairs;
+  return tables;
 }
 
-// 2:4 tile: kept bits (bit 4 r + c) of the best pattern.
-uint64_t solve_2_4(const double* a) {
-  const auto& patterns = patterns_2_4();
-  const auto& pairs = row_pairs();
-  double pair_sum[4][16];
+// 2:4 tile: kept bits (bit 4 r + c) of the best pattern. Value of a pattern = (s3 + s2) + (s1 +
+// s0) in double with s_r = A[r][a] + A[r][b] for its pair (a < b); the first maximum in the
+// enumeration order wins (strict >), which is increasing pattern value (P3, P2, P1, P0) order: ties
+// go to the lowest 16-bit pattern. 24 pair sums, 36 + 36 candidate sums per tile (the direct
+// search over the 90 patterns took 270).
+uint64_t solve_2_4(const float* src, int64_t ld, double& value) {
+  const Tables24& t = tables_2_4();
+  double s[4][6];
   for (int r = 0; r < 4; ++r) {
-    for (int code = 0; code < 16; ++code) {
-      const Pair p = pairs[code];
-      pair_sum[r][code] = a[4 * r + p.a] + a[4 * r + p.b];
+    const float* row = src + r * ld;
+    const double a0 = row[0];
+    const double a1 = row[1];
+    const double a2 = row[2];
+    const double a3 = row[3];
+    s[r][0] = a0 + a1;
+    s[r][1] = a0 + a2;
+    s[r][2] = a1 + a2;
+    s[r][3] = a0 + a3;
+    s[r][4] = a1 + a3;
+    s[r][5] = a2 + a3;
+  }
+  // Best completion per residual id. Ids 0-5 have one completion, 6-17 two, 18 six; the loops
+  // are independent, so they overlap instead of forming one long compare chain.
+  const auto pair_value = [&](int k) {
+    const auto& c = t.completions[static_cast<size_t>(k)];
+    return s[1][c[0]] + s[0][c[1]];
+  };
+  double lower[19];
+  int lower_arg[19];
+  for (int q = 0; q < 6; ++q) {
+    lower[q] = pair_value(q);
+    lower_arg[q] = q;
+  }
+  for (int q = 6; q < 18; ++q) {
+    const int k = 6 + 2 * (q - 6);
+    const double v0 = pair_value(k);
+    const double v1 = pair_value(k + 1);
+    lower[q] = v1 > v0 ? v1 : v0;
+    lower_arg[q] = v1 > v0 ? k + 1 : k;
+  }
+  lower[18] = -kInf;
+  lower_arg[18] = 30;
+  for (int k = 30; k < 36; ++k) {
+    const double v = pair_value(k);
+    lower_arg[18] = v > lower[18] ? k : lower_arg[18];
+    lower[18] = v > lower[18] ? v : lower[18];
+  }
+  // Best of the 36 (P3, P2) combinations: four interleaved chains (combination k in chain k % 4),
+  // merged so that the lowest k wins ties, which is the first maximum in increasing order.
+  double chain_best[4] = {-kInf, -kInf, -kInf, -kInf};
+  int chain_arg[4] = {0, 1, 2, 3};
+  for (int k0 = 0; k0 < 36; k0 += 4) {
+    for (int c = 0; c < 4; ++c) {
+      const int k = k0 + c;
+      const double v =
+          (s[3][k / 6] + s[2][k % 6]) + lower[t.combo_residual[static_cast<size_t>(k)]];
+      chain_arg[c] = v > chain_best[c] ? k : chain_arg[c];
+      chain_best[c] = v > chain_best[c] ? v : chain_best[c];
     }
   }
-  double best = -kInf;
-  uint16_t best_pattern = 0;
-  for (const uint16_t p : patterns) {
-    const double s =
-        ((pair_sum[0][p & 15] + pair_sum[1][(p >> 4) & 15]) + pair_sum[2][(p >> 8) & 15]) +
-        pair_sum[3][(p >> 12) & 15];
-    if (s > best) {
-      best = s;
-      best_pattern = p;
-    }
+  double best = chain_best[0];
+  int best_combo = chain_arg[0];
+  for (int c = 1; c < 4; ++c) {
+    const bool take = chain_best[c] > best || (chain_best[c] == best && chain_arg[c] < best_combo);
+    best_combo = take ? chain_arg[c] : best_combo;
+    best = take ? chain_best[c] : best;
   }
-  return best_pattern;
+  const auto& c = t.completions[static_cast<size_t>(
+      lower_arg[t.combo_residual[static_cast<size_t>(best_combo)]])];
+  const auto mask = [](int pair) {
+    return static_cast<uint64_t>(Tables24::kPairMask[static_cast<size_t>(pair)]);
+  };
+  value = best;
+  return (mask(best_combo / 6) << 12) | (mask(best_combo % 6) << 8) | (mask(c[0]) << 4) |
+         mask(c[1]);
 }
 
 // Lanes of the dense Dijkstra: two doubles per SSE2 vector (every x86-64 CPU has SSE2); the
@@ -539,18 +633,29 @@ TransposableResult mask_transposable_exact(ConstMatrixViewF scores, NmPattern pa
   const int m = pattern.m;
   const int64_t tiles_per_row = scores.cols() / m;
   const bool is_2_4 = n == 2 && m == 4;
-  if (is_2_4) patterns_2_4();  // build the static list before the parallel region
+  if (is_2_4) tables_2_4();  // build the static tables before the parallel region
 
   return detail::solve_tile_rows(
       scores, pattern, SolveStatus::kOptimal, [&](int64_t b, BitMask& mask) {
-        std::vector<double> tile(static_cast<size_t>(m) * m);
         FlowSolver solver(is_2_4 || n == m ? 1 : m);
+        const uint64_t all = m == 64 ? ~uint64_t{0} : (uint64_t{1} << m) - 1;
         double objective = 0.0;
         int64_t iterations = 0;
         const int64_t i0 = b * m;
         for (int64_t t = 0; t < tiles_per_row; ++t) {
           const int64_t j0 = t * m;
-          if (!is_2_4 && n != m) {
+          if (n == m) {
+            for (int r = 0; r < m; ++r) {
+              or_row_bits(mask, i0 + r, j0, all, m);
+              const float* row = scores.row(i0 + r) + j0;
+              for (int c = 0; c < m; ++c) objective += row[c];
+            }
+          } else if (is_2_4) {
+            double value = 0.0;
+            const uint64_t bits = solve_2_4(scores.row(i0) + j0, scores.ld(), value);
+            for (int r = 0; r < 4; ++r) or_row_bits(mask, i0 + r, j0, (bits >> (4 * r)) & 15U, 4);
+            objective += value;
+          } else {
             iterations += solver.solve(scores.row(i0) + j0, scores.ld(), n);
             for (int r = 0; r < m; ++r) {
               const uint64_t bits = solver.row_bits(r);
@@ -558,25 +663,6 @@ TransposableResult mask_transposable_exact(ConstMatrixViewF scores, NmPattern pa
               for (uint64_t k = bits; k != 0; k &= k - 1) {
                 objective += solver.score(r, std::countr_zero(k));
               }
-            }
-            continue;
-          }
-          for (int r = 0; r < m; ++r) {
-            const float* row = scores.row(i0 + r) + j0;
-            for (int c = 0; c < m; ++c) tile[static_cast<size_t>(r) * m + c] = row[c];
-          }
-          auto emit = [&](int r, int c) {
-            mask.set(i0 + r, j0 + c);
-            objective += tile[static_cast<size_t>(r) * m + c];
-          };
-          if (n == m) {
-            for (int r = 0; r < m; ++r) {
-              for (int c = 0; c < m; ++c) emit(r, c);
-            }
-          } else {
-            const uint64_t bits = solve_2_4(tile.data());
-            for (int k = 0; k < 16; ++k) {
-              if ((bits >> k) & 1U) emit(k / 4, k % 4);
             }
           }
         }
