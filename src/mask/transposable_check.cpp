@@ -1,4 +1,5 @@
 #include <cmath>
+#include <limits>
 
 #include "nmsparse/mask/transposable.h"
 #include "nmsparse/mask/verify.h"
@@ -12,8 +13,11 @@ void check_transposable_input(ConstMatrixViewF scores, NmPattern pattern) {
             scores.rows(), " x ", scores.cols());
   for (int64_t i = 0; i < scores.rows(); ++i) {
     const float* row = scores.row(i);
-    bool bad = false;
-    for (int64_t j = 0; j < scores.cols(); ++j) bad |= !(row[j] >= 0.0f && std::isfinite(row[j]));
+    // One branch-free pass (vectorised): NaN fails both compares, +inf the second.
+    constexpr float kMax = std::numeric_limits<float>::max();
+    bool ok = true;
+    for (int64_t j = 0; j < scores.cols(); ++j) ok &= (row[j] >= 0.0f) & (row[j] <= kMax);
+    const bool bad = !ok;
     if (!bad) continue;
     for (int64_t j = 0; j < scores.cols(); ++j) {
       NMS_CHECK(row[j] >= 0.0f && std::isfinite(row[j]), "score (", i, ", ", j, ") is ", row[j],
