@@ -151,13 +151,139 @@ const Tables24& tables_2_4() {
   return tables;
 }
 
-// 2:4 tile: kept bits (bit 4 r + c) of the best pattern. Value of a pattern = (s3 + s2) + (s1 +
-// s0) in double with s_r = A[r][a] + A[r][b] for its pair (a < b); the first maximum in the
-// enumeration order wins (strict >), which is increasing pattern value (P3, P2, P1, P0) order: ties
-// go to the lowest 16-bit pattern. 24 pair sums, 36 + 36 candidate sums per tile (the direct
-// search over the 90 patterns took 270).
-uint64_t solve_2_4(const float* src, int64_t ld, double& value) {
+// Lane operations of the 2:4 search, for one tile (double) or two side by side (SSE2).
+inline double splat(double x, double) {
+  return x;
+}
+inline bool greater(double a, double b) {
+  return a > b;
+}
+inline bool equal(double a, double b) {
+  return a == b;
+}
+inline bool either(bool a, bool b) {
+  return a || b;
+}
+inline bool both(bool a, bool b) {
+  return a && b;
+}
+inline double select(bool m, double a, double b) {
+  return m ? a : b;
+}
+#if defined(__SSE2__)
+// Two lanes (a plain struct: __m128d itself carries attributes that template arguments drop).
+struct Pd {
+  __m128d v;
+};
+inline Pd operator+(Pd a, Pd b) {
+  return {_mm_add_pd(a.v, b.v)};
+}
+inline Pd splat(double x, Pd) {
+  return {_mm_set1_pd(x)};
+}
+inline Pd greater(Pd a, Pd b) {
+  return {_mm_cmpgt_pd(a.v, b.v)};
+}
+inline Pd equal(Pd a, Pd b) {
+  return {_mm_cmpeq_pd(a.v, b.v)};
+}
+inline Pd either(Pd a, Pd b) {
+  return {_mm_or_pd(a.v, b.v)};
+}
+inline Pd both(Pd a, Pd b) {
+  return {_mm_and_pd(a.v, b.v)};
+}
+inline Pd select(Pd m, Pd a, Pd b) {
+  return {_mm_or_pd(_mm_and_pd(m.v, a.v), _mm_andnot_pd(m.v, b.v))};
+}
+#endif
+
+// The search over one tile per lane, given the pair sums s[r][p] = A[r][a] + A[r][b] of pair p.
+// Indices travel as doubles (exact). Returns the best value, its (P3, P2) combination and the
+// best completion index of every residual id.
+template <class V>
+struct Search24 {
+  V best;
+  V combo;
+  V lower_arg[19];
+};
+
+template <class V>
+Search24<V> search_2_4(const V (&s)[4][6]) {
   const Tables24& t = tables_2_4();
+  const V like = s[0][0];
+  Search24<V> out;
+  // Best completion per residual id. Ids 0-5 have one completion, 6-17 two, 18 six; the loops
+  // are independent, so they overlap instead of forming one long compare chain.
+  const auto pair_value = [&](int k) {
+    const auto& c = t.completions[static_cast<size_t>(k)];
+    return s[1][c[0]] + s[0][c[1]];
+  };
+  V lower[19];
+  for (int q = 0; q < 6; ++q) {
+    lower[q] = pair_value(q);
+    out.lower_arg[q] = splat(q, like);
+  }
+  for (int q = 6; q < 18; ++q) {
+    const int k = 6 + 2 * (q - 6);
+    const V v0 = pair_value(k);
+    const V v1 = pair_value(k + 1);
+    const auto take = greater(v1, v0);
+    lower[q] = select(take, v1, v0);
+    out.lower_arg[q] = select(take, splat(k + 1, like), splat(k, like));
+  }
+  lower[18] = pair_value(30);
+  out.lower_arg[18] = splat(30, like);
+  for (int k = 31; k < 36; ++k) {
+    const V v = pair_value(k);
+    const auto take = greater(v, lower[18]);
+    out.lower_arg[18] = select(take, splat(k, like), out.lower_arg[18]);
+    lower[18] = select(take, v, lower[18]);
+  }
+  // Best of the 36 (P3, P2) combinations: four interleaved chains (combination k in chain k % 4),
+  // merged so that the lowest k wins ties, which is the first maximum in increasing order.
+  V chain_best[4];
+  V chain_arg[4];
+  for (int c = 0; c < 4; ++c) {
+    chain_best[c] = splat(-kInf, like);
+    chain_arg[c] = splat(c, like);
+  }
+  for (int k0 = 0; k0 < 36; k0 += 4) {
+    for (int c = 0; c < 4; ++c) {
+      const int k = k0 + c;
+      const V v = (s[3][k / 6] + s[2][k % 6]) + lower[t.combo_residual[static_cast<size_t>(k)]];
+      const auto take = greater(v, chain_best[c]);
+      chain_arg[c] = select(take, splat(k, like), chain_arg[c]);
+      chain_best[c] = select(take, v, chain_best[c]);
+    }
+  }
+  out.best = chain_best[0];
+  out.combo = chain_arg[0];
+  for (int c = 1; c < 4; ++c) {
+    const auto take =
+        either(greater(chain_best[c], out.best),
+               both(equal(chain_best[c], out.best), greater(out.combo, chain_arg[c])));
+    out.combo = select(take, chain_arg[c], out.combo);
+    out.best = select(take, chain_best[c], out.best);
+  }
+  return out;
+}
+
+// Kept bits (bit 4 r + c) of combination `combo` with completion `k`.
+uint64_t bits_2_4(int combo, int k) {
+  const auto& c = tables_2_4().completions[static_cast<size_t>(k)];
+  const auto mask = [](int pair) {
+    return static_cast<uint64_t>(Tables24::kPairMask[static_cast<size_t>(pair)]);
+  };
+  return (mask(combo / 6) << 12) | (mask(combo % 6) << 8) | (mask(c[0]) << 4) | mask(c[1]);
+}
+
+// 2:4 tile at src (rows ld apart): kept bits (bit 4 r + c) of the best pattern. Value of a
+// pattern = (s3 + s2) + (s1 + s0) in double with s_r = A[r][a] + A[r][b] for its pair (a < b);
+// the first maximum in the enumeration order wins (strict >), which is increasing pattern value
+// (P3, P2, P1, P0) order: ties go to the lowest 16-bit pattern. 24 pair sums, 36 + 36 candidate
+// sums per tile (the direct search over the 90 patterns took 270).
+uint64_t solve_2_4(const float* src, int64_t ld, double& value) {
   double s[4][6];
   for (int r = 0; r < 4; ++r) {
     const float* row = src + r * ld;
@@ -172,61 +298,44 @@ uint64_t solve_2_4(const float* src, int64_t ld, double& value) {
     s[r][4] = a1 + a3;
     s[r][5] = a2 + a3;
   }
-  // Best completion per residual id. Ids 0-5 have one completion, 6-17 two, 18 six; the loops
-  // are independent, so they overlap instead of forming one long compare chain.
-  const auto pair_value = [&](int k) {
-    const auto& c = t.completions[static_cast<size_t>(k)];
-    return s[1][c[0]] + s[0][c[1]];
-  };
-  double lower[19];
-  int lower_arg[19];
-  for (int q = 0; q < 6; ++q) {
-    lower[q] = pair_value(q);
-    lower_arg[q] = q;
-  }
-  for (int q = 6; q < 18; ++q) {
-    const int k = 6 + 2 * (q - 6);
-    const double v0 = pair_value(k);
-    const double v1 = pair_value(k + 1);
-    lower[q] = v1 > v0 ? v1 : v0;
-    lower_arg[q] = v1 > v0 ? k + 1 : k;
-  }
-  lower[18] = -kInf;
-  lower_arg[18] = 30;
-  for (int k = 30; k < 36; ++k) {
-    const double v = pair_value(k);
-    lower_arg[18] = v > lower[18] ? k : lower_arg[18];
-    lower[18] = v > lower[18] ? v : lower[18];
-  }
-  // Best of the 36 (P3, P2) combinations: four interleaved chains (combination k in chain k % 4),
-  // merged so that the lowest k wins ties, which is the first maximum in increasing order.
-  double chain_best[4] = {-kInf, -kInf, -kInf, -kInf};
-  int chain_arg[4] = {0, 1, 2, 3};
-  for (int k0 = 0; k0 < 36; k0 += 4) {
-    for (int c = 0; c < 4; ++c) {
-      const int k = k0 + c;
-      const double v =
-          (s[3][k / 6] + s[2][k % 6]) + lower[t.combo_residual[static_cast<size_t>(k)]];
-      chain_arg[c] = v > chain_best[c] ? k : chain_arg[c];
-      chain_best[c] = v > chain_best[c] ? v : chain_best[c];
-    }
-  }
-  double best = chain_best[0];
-  int best_combo = chain_arg[0];
-  for (int c = 1; c < 4; ++c) {
-    const bool take = chain_best[c] > best || (chain_best[c] == best && chain_arg[c] < best_combo);
-    best_combo = take ? chain_arg[c] : best_combo;
-    best = take ? chain_best[c] : best;
-  }
-  const auto& c = t.completions[static_cast<size_t>(
-      lower_arg[t.combo_residual[static_cast<size_t>(best_combo)]])];
-  const auto mask = [](int pair) {
-    return static_cast<uint64_t>(Tables24::kPairMask[static_cast<size_t>(pair)]);
-  };
-  value = best;
-  return (mask(best_combo / 6) << 12) | (mask(best_combo % 6) << 8) | (mask(c[0]) << 4) |
-         mask(c[1]);
+  const Search24<double> found = search_2_4(s);
+  const int combo = static_cast<int>(found.combo);
+  value = found.best;
+  return bits_2_4(
+      combo,
+      static_cast<int>(found.lower_arg[tables_2_4().combo_residual[static_cast<size_t>(combo)]]));
 }
+
+#if defined(__SSE2__)
+// Two adjacent 2:4 tiles (columns [0, 4) and [4, 8) from src), one per SSE2 lane: the same
+// arithmetic as solve_2_4, so the same masks and values.
+void solve_2_4_pair(const float* src, int64_t ld, uint64_t (&bits)[2], double (&value)[2]) {
+  Pd s[4][6];
+  for (int r = 0; r < 4; ++r) {
+    const float* row = src + r * ld;
+    const __m128d a0 = _mm_set_pd(row[4], row[0]);
+    const __m128d a1 = _mm_set_pd(row[5], row[1]);
+    const __m128d a2 = _mm_set_pd(row[6], row[2]);
+    const __m128d a3 = _mm_set_pd(row[7], row[3]);
+    s[r][0] = {_mm_add_pd(a0, a1)};
+    s[r][1] = {_mm_add_pd(a0, a2)};
+    s[r][2] = {_mm_add_pd(a1, a2)};
+    s[r][3] = {_mm_add_pd(a0, a3)};
+    s[r][4] = {_mm_add_pd(a1, a3)};
+    s[r][5] = {_mm_add_pd(a2, a3)};
+  }
+  const Search24<Pd> found = search_2_4(s);
+  double combo[2];
+  _mm_storeu_pd(combo, found.combo.v);
+  _mm_storeu_pd(value, found.best.v);
+  for (int lane = 0; lane < 2; ++lane) {
+    const int k = static_cast<int>(combo[lane]);
+    double arg[2];
+    _mm_storeu_pd(arg, found.lower_arg[tables_2_4().combo_residual[static_cast<size_t>(k)]].v);
+    bits[lane] = bits_2_4(k, static_cast<int>(arg[lane]));
+  }
+}
+#endif
 
 // Lanes of the dense Dijkstra: two doubles per SSE2 vector (every x86-64 CPU has SSE2); the
 // scalar versions compute the same values on other targets.
@@ -651,10 +760,24 @@ TransposableResult mask_transposable_exact(ConstMatrixViewF scores, NmPattern pa
               for (int c = 0; c < m; ++c) objective += row[c];
             }
           } else if (is_2_4) {
-            double value = 0.0;
-            const uint64_t bits = solve_2_4(scores.row(i0) + j0, scores.ld(), value);
-            for (int r = 0; r < 4; ++r) or_row_bits(mask, i0 + r, j0, (bits >> (4 * r)) & 15U, 4);
-            objective += value;
+            uint64_t bits[2] = {0, 0};
+            double value[2] = {0.0, 0.0};
+            int count = 1;
+#if defined(__SSE2__)
+            if (t + 1 < tiles_per_row) {
+              solve_2_4_pair(scores.row(i0) + j0, scores.ld(), bits, value);
+              count = 2;
+            }
+#endif
+            if (count == 1) bits[0] = solve_2_4(scores.row(i0) + j0, scores.ld(), value[0]);
+            for (int r = 0; r < 4; ++r) {
+              or_row_bits(mask, i0 + r, j0,
+                          ((bits[0] >> (4 * r)) & 15U) | (((bits[1] >> (4 * r)) & 15U) << 4),
+                          4 * count);
+            }
+            objective += value[0];
+            if (count == 2) objective += value[1];
+            t += count - 1;
           } else {
             iterations += solver.solve(scores.row(i0) + j0, scores.ld(), n);
             for (int r = 0; r < m; ++r) {
