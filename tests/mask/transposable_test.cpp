@@ -161,6 +161,34 @@ TEST(TransposableExact, TwoFourTiesGoToLowestPattern) {
   EXPECT_EQ(res.stats.iterations, 0);
 }
 
+// 2:4 tiles are solved two at a time in vector lanes, an odd last tile alone: every tile must get
+// the mask and the value it gets when solved on its own.
+TEST(TransposableExact, TwoFourPairedTilesMatchSingleTiles) {
+  for (int kind = 0; kind < 4; ++kind) {
+    const Matrix s = make_scores(kind, 8, 4 * 51, static_cast<uint64_t>(70 + kind));
+    const NmPattern p = NmPattern::make(2, 4);
+    const TransposableResult all = mask_transposable_exact(s.view(), p);
+    double objective = 0.0;
+    for (int64_t ti = 0; ti < 2; ++ti) {
+      for (int64_t tj = 0; tj < 51; ++tj) {
+        Matrix one(4, 4);
+        for (int r = 0; r < 4; ++r) {
+          for (int c = 0; c < 4; ++c) one(r, c) = s(4 * ti + r, 4 * tj + c);
+        }
+        const TransposableResult single = mask_transposable_exact(one.view(), p);
+        for (int r = 0; r < 4; ++r) {
+          for (int c = 0; c < 4; ++c) {
+            ASSERT_EQ(all.mask.get(4 * ti + r, 4 * tj + c), single.mask.get(r, c))
+                << "kind " << kind << " tile " << ti << "," << tj;
+          }
+        }
+        objective += single.stats.objective;
+      }
+    }
+    EXPECT_EQ(all.stats.objective, objective) << "kind " << kind;
+  }
+}
+
 // Local optimality: no 4-cycle swap (drop (i,j),(k,l), add (i,l),(k,j)) improves a tile.
 void expect_no_improving_swap(const Matrix& s, const BitMask& mask, int m, int64_t ti, int64_t tj,
                               double tol) {
@@ -268,26 +296,38 @@ TEST(TransposableExact, LargeTilesOptimalityProperties) {
   }
 }
 
-// Independent oracle: LEMON's network simplex on integer scores up to 1e6 (exact in float and in
-// int64), m in {8, 16}; the objectives must be equal exactly.
+// Independent oracle: LEMON's network simplex on integer scores (exact in float and in int64);
+// the objectives must be equal exactly. Scores up to 1e6 (few ties) and up to 3 (mostly ties,
+// which exercises the ranked fallback of the start), m from 7 to 64 including odd m (padded
+// vector lanes) and m = 64 (full 64-bit row words).
 TEST(TransposableExact, MatchesLemonNetworkSimplex) {
 #if NMS_HAVE_LEMON
-  for (const NmPattern p : {NmPattern{4, 8}, NmPattern{3, 8}, NmPattern{8, 16}, NmPattern{5, 16}}) {
-    const int m = p.m;
-    const Matrix s = abs_of(testing::random_integer_matrix(2 * m, 4 * kScale * m, 1000000,
-                                                           static_cast<uint64_t>(p.n + 31 * m)));
-    const TransposableResult res = mask_transposable_exact(s.view(), p);
-    for (int64_t ti = 0; ti < 2; ++ti) {
-      for (int64_t tj = 0; tj < s.cols() / m; ++tj) {
-        const std::vector<double> tile = tile_of(s, m, ti, tj);
-        const int64_t opt =
-            testing::lemon_tile_optimum(std::vector<int64_t>(tile.begin(), tile.end()), p.n, m);
-        ASSERT_GE(opt, 0) << "LEMON did not report OPTIMAL";
-        const double want = static_cast<double>(opt);
-        ASSERT_EQ(tile_score(s, res.mask, m, ti, tj), want) << p.to_string();
+  const NmPattern patterns[] = {{4, 8},  {3, 8}, {8, 16}, {5, 16},  {16, 32},
+                                {7, 32}, {3, 7}, {4, 9},  {32, 64}, {13, 64}};
+  int64_t tiles_checked = 0;
+  for (const NmPattern p : patterns) {
+    for (const int max_value : {1000000, 3}) {
+      const int m = p.m;
+      const int64_t across = (m <= 16 ? 16 : 4) * kScale;
+      const Matrix s = abs_of(testing::random_integer_matrix(
+          2 * m, across * m, max_value, static_cast<uint64_t>(p.n + 31 * m + max_value)));
+      const TransposableResult res = mask_transposable_exact(s.view(), p);
+      ASSERT_NO_THROW(check_transposable_result(s.view(), p, res, true)) << p.to_string();
+      testing::LemonTileSolver lemon(p.n, m);
+      for (int64_t ti = 0; ti < 2; ++ti) {
+        for (int64_t tj = 0; tj < s.cols() / m; ++tj) {
+          const std::vector<double> tile = tile_of(s, m, ti, tj);
+          const std::vector<int64_t> costs(tile.begin(), tile.end());
+          const int64_t opt = lemon.optimum(costs.data());
+          ASSERT_GE(opt, 0) << "LEMON did not report OPTIMAL";
+          ASSERT_EQ(tile_score(s, res.mask, m, ti, tj), static_cast<double>(opt))
+              << p.to_string() << " max " << max_value << " tile " << ti << "," << tj;
+          ++tiles_checked;
+        }
       }
     }
   }
+  EXPECT_GE(tiles_checked, 400 * kScale);
 #else
   GTEST_SKIP() << "LEMON (liblemon-dev) not found at configure time";
 #endif
