@@ -62,9 +62,10 @@ void check_transposable_result(ConstMatrixViewF scores, NmPattern pattern,
 // Exact solver: per tile, the maximum kept score with exactly n in every tile row and column
 // (proven by a dual certificate per tile; see src/mask/transposable_exact.cpp for the arithmetic
 // and its tolerance). 2:4 is solved by exhaustive search over the 90 valid 4 x 4 patterns, other
-// patterns by successive shortest paths on the dense tile graph, O(n m^3) per tile.
-// stats.status = kOptimal; stats.iterations = augmentations after the greedy-prefix warm start
-// (0 for 2:4 and for n == m).
+// patterns by successive shortest paths on the dense tile graph from a dual-balanced row-wise
+// start, O(n m^3) per tile in the worst case and a few O(m^2) augmentations in practice.
+// stats.status = kOptimal; stats.iterations = augmentations after the start (0 for 2:4 and for
+// n == m).
 TransposableResult mask_transposable_exact(ConstMatrixViewF scores, NmPattern pattern);
 
 enum class GreedyOrder {
