@@ -1,4 +1,5 @@
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
 #include "nmsparse/mask/transposable.h"
@@ -15,9 +16,11 @@ void check_transposable_input(ConstMatrixViewF scores, NmPattern pattern) {
     const float* row = scores.row(i);
     // One branch-free pass (vectorised): NaN fails both compares, +inf the second.
     constexpr float kMax = std::numeric_limits<float>::max();
-    bool ok = true;
-    for (int64_t j = 0; j < scores.cols(); ++j) ok &= (row[j] >= 0.0f) & (row[j] <= kMax);
-    const bool bad = !ok;
+    uint32_t bad_count = 0;
+    for (int64_t j = 0; j < scores.cols(); ++j) {
+      bad_count += static_cast<uint32_t>(!((row[j] >= 0.0f) & (row[j] <= kMax)));
+    }
+    const bool bad = bad_count != 0;
     if (!bad) continue;
     for (int64_t j = 0; j < scores.cols(); ++j) {
       NMS_CHECK(row[j] >= 0.0f && std::isfinite(row[j]), "score (", i, ", ", j, ") is ", row[j],

@@ -86,86 +86,92 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// 2:4 search tables. A row keeps one of 6 column pairs, numbered in increasing order of their
-// 4-bit masks. The 90 patterns are enumerated as (P3, P2) x completions: rows 3 and 2 pick any
-// pairs (36 combinations, in increasing (P3, P2) order), which leaves each column needing
-// 2 - (its count) more kept entries from rows 1 and 0; the residual needs take 19 distinct
-// values, and each lists its valid (P1, P0) completions in increasing order (1, 2 or 6 of them;
-// 90 in all over the 36 combinations).
+// Full unrolling of the fixed-length 2:4 loops turns every table lookup into a constant (GCC;
+// other compilers decide for themselves).
+#if defined(__GNUC__) && !defined(__clang__)
+#define NMS_UNROLL_FULL _Pragma("GCC unroll 36")
+#else
+#define NMS_UNROLL_FULL
+#endif
+
+constexpr std::array<uint8_t, 6> kPairMask = {0x3, 0x5, 0x6, 0x9, 0xA, 0xC};
+
 struct Tables24 {
-  static constexpr std::array<uint8_t, 6> kPairMask = {0x3, 0x5, 0x6, 0x9, 0xA, 0xC};
-  std::array<uint8_t, 36> combo_residual{};         // (P3, P2) combination -> residual id
-  std::vector<std::array<uint8_t, 2>> completions;  // (P1, P0), grouped by residual id
-  std::vector<int> first;                           // completions of id q: [first[q], first[q+1])
+  std::array<uint8_t, 36> combo_residual{};              // (P3, P2) combination -> residual id
+  std::array<std::array<uint8_t, 2>, 36> completions{};  // (P1, P0), grouped by residual id
+  std::array<uint8_t, 20> first{};  // completions of id q: [first[q], first[q + 1])
+  int residuals = 0;
+  int patterns = 0;
 };
 
-const Tables24& tables_2_4() {
-  static const Tables24 tables = [] {
-    Tables24 t;
-    std::vector<int> codes;  // residual need, base-3 digits per column
-    std::vector<std::vector<std::array<uint8_t, 2>>> lists;
-    auto need_code = [](int pa, int pb) {
-      int code = 0;
-      for (int c = 3; c >= 0; --c) {
-        code = 3 * code + 2 - ((Tables24::kPairMask[pa] >> c) & 1) -
-               ((Tables24::kPairMask[pb] >> c) & 1);
-      }
-      return code;
-    };
-    for (int p3 = 0; p3 < 6; ++p3) {
-      for (int p2 = 0; p2 < 6; ++p2) {
-        const int code = need_code(p3, p2);
-        auto it = std::find(codes.begin(), codes.end(), code);
-        if (it == codes.end()) {
-          codes.push_back(code);
-          lists.emplace_back();
-          for (int p1 = 0; p1 < 6; ++p1) {
-            for (int p0 = 0; p0 < 6; ++p0) {
-              // (P1, P0) completes exactly when it covers the residual need: 2 - need = 0.
-              if (need_code(p1, p0) == 80 - code) {
-                lists.back().push_back({static_cast<uint8_t>(p1), static_cast<uint8_t>(p0)});
-              }
-            }
-          }
-          it = codes.end() - 1;
-        }
-        t.combo_residual[static_cast<size_t>(6 * p3 + p2)] =
-            static_cast<uint8_t>(it - codes.begin());
-      }
-    }
-    // Residual ids in increasing completion count (6 with 1, 12 with 2, 1 with 6), so the
-    // search below runs fixed-length loops.
-    std::vector<int> order(lists.size());
-    for (size_t q = 0; q < order.size(); ++q) order[q] = static_cast<int>(q);
-    std::stable_sort(order.begin(), order.end(), [&](int x, int y) {
-      return lists[static_cast<size_t>(x)].size() < lists[static_cast<size_t>(y)].size();
-    });
-    std::vector<uint8_t> id_of(lists.size());
-    for (size_t q = 0; q < order.size(); ++q) {
-      id_of[static_cast<size_t>(order[q])] = static_cast<uint8_t>(q);
-    }
-    for (auto& q : t.combo_residual) q = id_of[q];
-    std::vector<std::vector<std::array<uint8_t, 2>>> sorted;
-    for (const int q : order) sorted.push_back(lists[static_cast<size_t>(q)]);
-    lists = std::move(sorted);
-    size_t total = 0;
-    for (const auto& list : lists) {
-      t.first.push_back(static_cast<int>(t.completions.size()));
-      t.completions.insert(t.completions.end(), list.begin(), list.end());
-    }
-    t.first.push_back(static_cast<int>(t.completions.size()));
-    for (int k = 0; k < 36; ++k) {
-      const int q = t.combo_residual[static_cast<size_t>(k)];
-      total += static_cast<size_t>(t.first[static_cast<size_t>(q) + 1] -
-                                   t.first[static_cast<size_t>(q)]);
-    }
-    NMS_ASSERT(codes.size() == 19 && total == 90 && t.first[6] == 6 && t.first[18] == 30 &&
-                   t.first[19] == 36,
-               "2:4 tables: ", codes.size(), " residuals, ", total, " patterns (want 19 and 90)");
-    return t;
-  }();
-  return tables;
+// Residual need of columns after rows with pairs pa and pb, as base-3 digits (2 - count).
+constexpr int need_code(int pa, int pb) {
+  int code = 0;
+  for (int c = 3; c >= 0; --c) {
+    code = 3 * code + 2 - ((kPairMask[static_cast<size_t>(pa)] >> c) & 1) -
+           ((kPairMask[static_cast<size_t>(pb)] >> c) & 1);
+  }
+  return code;
 }
+
+constexpr Tables24 make_tables_2_4() {
+  Tables24 t;
+  std::array<int, 36> codes{};
+  std::array<int, 36> raw_id{};  // per combination
+  int count = 0;
+  for (int k = 0; k < 36; ++k) {
+    const int code = need_code(k / 6, k % 6);
+    int q = 0;
+    while (q < count && codes[static_cast<size_t>(q)] != code) ++q;
+    if (q == count) codes[static_cast<size_t>(count++)] = code;
+    raw_id[static_cast<size_t>(k)] = q;
+  }
+  // (P1, P0) completes residual q exactly when it covers the need: its own need is 80 - code.
+  std::array<int, 36> size{};
+  for (int q = 0; q < count; ++q) {
+    for (int c = 0; c < 36; ++c)
+      size[static_cast<size_t>(q)] += need_code(c / 6, c % 6) == 80 - codes[static_cast<size_t>(q)];
+  }
+  // Residual ids in increasing completion count (6 with 1, 12 with 2, 1 with 6), so the search
+  // runs fixed-length loops.
+  std::array<int, 36> id{};
+  int next = 0;
+  for (int s = 1; s <= 36; ++s) {
+    for (int q = 0; q < count; ++q) {
+      if (size[static_cast<size_t>(q)] == s) id[static_cast<size_t>(q)] = next++;
+    }
+  }
+  int pos = 0;
+  for (int n = 0; n < count; ++n) {
+    int q = 0;
+    while (id[static_cast<size_t>(q)] != n) ++q;
+    t.first[static_cast<size_t>(n)] = static_cast<uint8_t>(pos);
+    for (int c = 0; c < 36; ++c) {
+      if (need_code(c / 6, c % 6) == 80 - codes[static_cast<size_t>(q)]) {
+        t.completions[static_cast<size_t>(pos++)] = {static_cast<uint8_t>(c / 6),
+                                                     static_cast<uint8_t>(c % 6)};
+      }
+    }
+  }
+  t.first[static_cast<size_t>(count)] = static_cast<uint8_t>(pos);
+  for (int k = 0; k < 36; ++k) {
+    const int q = raw_id[static_cast<size_t>(k)];
+    t.combo_residual[static_cast<size_t>(k)] = static_cast<uint8_t>(id[static_cast<size_t>(q)]);
+    t.patterns += size[static_cast<size_t>(q)];
+  }
+  t.residuals = count;
+  return t;
+}
+
+// 2:4 search tables, built at compile time. A row keeps one of 6 column pairs, numbered in
+// increasing order of their 4-bit masks. The 90 patterns are enumerated as (P3, P2) x
+// completions: rows 3 and 2 pick any pairs (36 combinations, in increasing (P3, P2) order),
+// which leaves each column needing 2 - (its count) more kept entries from rows 1 and 0; the
+// residual needs take 19 distinct values, and each lists its valid (P1, P0) completions in
+// increasing order (1, 2 or 6 of them; 90 in all over the 36 combinations).
+constexpr Tables24 kTables24 = make_tables_2_4();
+static_assert(kTables24.residuals == 19 && kTables24.patterns == 90 && kTables24.first[6] == 6 &&
+              kTables24.first[18] == 30 && kTables24.first[19] == 36);
 
 // Lane operations of the 2:4 search, for one tile (double) or two side by side (SSE2).
 inline double splat(double x, double) {
@@ -226,7 +232,7 @@ struct Search24 {
 
 template <class V>
 Search24<V> search_2_4(const V (&s)[4][6]) {
-  const Tables24& t = tables_2_4();
+  constexpr const Tables24& t = kTables24;
   const V like = s[0][0];
   Search24<V> out;
   // Best completion per residual id. Ids 0-5 have one completion, 6-17 two, 18 six; the loops
@@ -236,10 +242,12 @@ Search24<V> search_2_4(const V (&s)[4][6]) {
     return s[1][c[0]] + s[0][c[1]];
   };
   V lower[19];
+  NMS_UNROLL_FULL
   for (int q = 0; q < 6; ++q) {
     lower[q] = pair_value(q);
     out.lower_arg[q] = splat(q, like);
   }
+  NMS_UNROLL_FULL
   for (int q = 6; q < 18; ++q) {
     const int k = 6 + 2 * (q - 6);
     const V v0 = pair_value(k);
@@ -250,6 +258,7 @@ Search24<V> search_2_4(const V (&s)[4][6]) {
   }
   lower[18] = pair_value(30);
   out.lower_arg[18] = splat(30, like);
+  NMS_UNROLL_FULL
   for (int k = 31; k < 36; ++k) {
     const V v = pair_value(k);
     const auto take = greater(v, lower[18]);
@@ -264,7 +273,9 @@ Search24<V> search_2_4(const V (&s)[4][6]) {
     chain_best[c] = splat(-kInf, like);
     chain_arg[c] = splat(c, like);
   }
+  NMS_UNROLL_FULL
   for (int k0 = 0; k0 < 36; k0 += 4) {
+    NMS_UNROLL_FULL
     for (int c = 0; c < 4; ++c) {
       const int k = k0 + c;
       const V v = (s[3][k / 6] + s[2][k % 6]) + lower[t.combo_residual[static_cast<size_t>(k)]];
@@ -287,9 +298,9 @@ Search24<V> search_2_4(const V (&s)[4][6]) {
 
 // Kept bits (bit 4 r + c) of combination `combo` with completion `k`.
 uint64_t bits_2_4(int combo, int k) {
-  const auto& c = tables_2_4().completions[static_cast<size_t>(k)];
+  const auto& c = kTables24.completions[static_cast<size_t>(k)];
   const auto mask = [](int pair) {
-    return static_cast<uint64_t>(Tables24::kPairMask[static_cast<size_t>(pair)]);
+    return static_cast<uint64_t>(kPairMask[static_cast<size_t>(pair)]);
   };
   return (mask(combo / 6) << 12) | (mask(combo % 6) << 8) | (mask(c[0]) << 4) | mask(c[1]);
 }
@@ -319,7 +330,7 @@ uint64_t solve_2_4(const float* src, int64_t ld, double& value) {
   value = found.best;
   return bits_2_4(
       combo,
-      static_cast<int>(found.lower_arg[tables_2_4().combo_residual[static_cast<size_t>(combo)]]));
+      static_cast<int>(found.lower_arg[kTables24.combo_residual[static_cast<size_t>(combo)]]));
 }
 
 #if defined(__SSE2__)
@@ -347,7 +358,7 @@ void solve_2_4_pair(const float* src, int64_t ld, uint64_t (&bits)[2], double (&
   for (int lane = 0; lane < 2; ++lane) {
     const int k = static_cast<int>(combo[lane]);
     double arg[2];
-    _mm_storeu_pd(arg, found.lower_arg[tables_2_4().combo_residual[static_cast<size_t>(k)]].v);
+    _mm_storeu_pd(arg, found.lower_arg[kTables24.combo_residual[static_cast<size_t>(k)]].v);
     bits[lane] = bits_2_4(k, static_cast<int>(arg[lane]));
   }
 }
@@ -758,7 +769,6 @@ TransposableResult mask_transposable_exact(ConstMatrixViewF scores, NmPattern pa
   const int m = pattern.m;
   const int64_t tiles_per_row = scores.cols() / m;
   const bool is_2_4 = n == 2 && m == 4;
-  if (is_2_4) tables_2_4();  // build the static tables before the parallel region
 
   return detail::solve_tile_rows(
       scores, pattern, SolveStatus::kOptimal, [&](int64_t b, BitMask& mask) {
