@@ -1,14 +1,14 @@
-// Transposable N:M exact solver throughput: mask_transposable_exact (dense successive shortest
-// paths; 2:4 exhaustive) vs LEMON's NetworkSimplex per tile, on the same tiles of a 1024 x 1024
-// matrix of |Laplace(0, 1)| scores. Single thread; items_per_second counts weights (m^2 per tile).
-// LEMON gets the scores scaled by 1e6 and rounded to int64 costs (the graph is built per tile and
-// timed with the solve, as a caller would have to).
+// Transposable N:M exact solver throughput: mask_transposable_exact (successive shortest paths
+// from a balanced start; 2:4 exhaustive) vs LEMON's NetworkSimplex per tile, on the same tiles of
+// a 1024 x 1024 matrix of |Laplace(0, 1)| scores. Single thread; items_per_second counts weights
+// (m^2 per tile). LEMON gets the scores scaled by 1e6 and rounded to int64 costs; its tile graph
+// and solver are built once and only the costs change per tile (testing::LemonTileSolver).
 //
 //   build/bench/bench_transposable --benchmark_min_time=1
 //
-// Measured on the 2-core development container (Release, --benchmark_min_time=0.3, weights/s):
-// exact 2:4 56M, 4:8 3.4M, 8:16 1.6M, 16:32 0.65M; LEMON 4:8 2.0M, 8:16 1.7M, 16:32 1.5M;
-// greedy 4:8 16.5M, 16:32 13.3M.
+// Figures and the CLI equivalent with round-robin timing (nmsparse bench masks): see
+// docs/performance.md. On the 2-core development container (one thread, M weights/s): exact 2:4
+// about 260, 4:8 37, 8:16 32, 16:32 25; LEMON 4:8 3.2, 8:16 2.4, 16:32 1.5.
 #include <benchmark/benchmark.h>
 
 #include <cmath>
