@@ -19,7 +19,8 @@ struct TileRowStats {
 // Calls solve_row(tile_row, mask) -> TileRowStats for every row of tiles in parallel; a call
 // writes only mask rows [tile_row * m, tile_row * m + m), which no other call touches. The rows'
 // stats are then summed in row order, so masks and stats are bitwise the same for any thread
-// count. The caller has validated the input (check_transposable_input).
+// count. The caller has validated the input (check_transposable_input). Debug builds then run
+// check_transposable_result on the result.
 template <class SolveRow>
 TransposableResult solve_tile_rows(ConstMatrixViewF scores, NmPattern pattern, SolveStatus status,
                                    SolveRow&& solve_row) {
@@ -37,6 +38,12 @@ TransposableResult solve_tile_rows(ConstMatrixViewF scores, NmPattern pattern, S
     st.iterations += r.iterations;
     st.tiles_exactly_n += r.tiles_exactly_n;
   }
+#ifndef NDEBUG
+  // Debug builds check every result independently: N:M in both directions (exactly n for a
+  // solver that claims optimality), the exactly-n tile count and the objective recomputed. The
+  // tests run the same check in every build type.
+  check_transposable_result(scores, pattern, result, status == SolveStatus::kOptimal);
+#endif
   return result;
 }
 
