@@ -13,5 +13,6 @@ void add_pack_command(CLI::App& app, int& exit_code);
 void add_unpack_command(CLI::App& app, int& exit_code);
 void add_generate_command(CLI::App& app, int& exit_code);
 void add_bench_command(CLI::App& app, int& exit_code);  // bench masks
+void add_gradprune_command(CLI::App& app, int& exit_code);
 
 }  // namespace nms::cli

@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   nms::cli::add_unpack_command(app, exit_code);
   nms::cli::add_generate_command(app, exit_code);
   nms::cli::add_bench_command(app, exit_code);
+  nms::cli::add_gradprune_command(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

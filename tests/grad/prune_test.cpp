@@ -1,0 +1,249 @@
+// grad_prune: optimised paths against the plain reference (bit for bit) on edge sizes, the
+// compressed output against nm_compress, thread-count independence, invariants and errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "grad/prune_reference.h"
+#include "nmsparse/core/threading.h"
+#include "nmsparse/format/compressed_nm.h"
+#include "nmsparse/grad/prune.h"
+#include "testing/expect_error.h"
+#include "testing/random.h"
+
+namespace nms {
+namespace {
+
+bool same_bits(const Matrix& a, const Matrix& b) {
+  return a.rows() == b.rows() && a.cols() == b.cols() &&
+         std::memcmp(a.data(), b.data(), sizeof(float) * static_cast<size_t>(a.size())) == 0;
+}
+
+bool same_compressed(const CompressedNm& a, const CompressedNm& b) {
+  return a.rows == b.rows && a.cols == b.cols && a.pattern == b.pattern && a.axis == b.axis &&
+         a.values.size() == b.values.size() && a.indices.size() == b.indices.size() &&
+         std::memcmp(a.values.data(), b.values.data(),
+                     sizeof(float) * static_cast<size_t>(a.values.size())) == 0 &&
+         std::memcmp(a.indices.data(), b.indices.data(), static_cast<size_t>(a.indices.size())) ==
+             0;
+}
+
+// Test inputs: 0 uniform [-1, 1); 1 integers in [-2, 2] (ties, zeros, all-zero groups);
+// 2 uniform with every third element zero and a dominant element every 7th.
+Matrix make_input(int kind, int64_t rows, int64_t cols, uint64_t seed) {
+  if (kind == 1) return testing::random_integer_matrix(rows, cols, 2, seed);
+  Matrix a = testing::random_matrix(rows, cols, seed);
+  if (kind == 2) {
+    for (int64_t k = 0; k < a.size(); ++k) {
+      if (k % 3 == 0) a.data()[k] = 0.0f;
+      if (k % 7 == 0) a.data()[k] *= 50.0f;
+    }
+  }
+  return a;
+}
+
+// Every group along `axis` of `x` has at most n nonzeros; kept values have their input's sign and
+// at least its magnitude (g / p with p <= 1); zero inputs stay +0.0.
+void check_invariants(const Matrix& g, const Matrix& x, const GradPruneOptions& o) {
+  const int m = o.pattern.m;
+  const bool rows_axis = o.axis == NmAxis::kRows;
+  const int64_t outer = rows_axis ? g.rows() : g.cols();
+  const int64_t inner = (rows_axis ? g.cols() : g.rows()) / m;
+  for (int64_t a = 0; a < outer; ++a) {
+    for (int64_t k = 0; k < inner; ++k) {
+      int nnz = 0;
+      for (int i = 0; i < m; ++i) {
+        const int64_t r = rows_axis ? a : k * m + i;
+        const int64_t c = rows_axis ? k * m + i : a;
+        const float gv = g(r, c);
+        const float xv = x(r, c);
+        if (xv == 0.0f) {
+          ASSERT_FALSE(std::signbit(xv)) << "-0.0 at " << r << "," << c;
+          continue;
+        }
+        ++nnz;
+        ASSERT_NE(gv, 0.0f) << r << "," << c;
+        ASSERT_EQ(std::signbit(gv), std::signbit(xv)) << r << "," << c;
+        ASSERT_GE(std::fabs(xv), std::fabs(gv) * (1.0f - 1e-6f)) << r << "," << c;
+      }
+      ASSERT_LE(nnz, o.pattern.n) << "group " << a << "/" << k;
+    }
+  }
+}
+
+struct Config {
+  GradMethod method;
+  NmPattern pattern;
+};
+
+const Config kConfigs[] = {
+    {GradMethod::kMvue, {1, 2}},   {GradMethod::kMvue, {2, 4}},         {GradMethod::kMvue, {1, 4}},
+    {GradMethod::kMvue, {4, 8}},   {GradMethod::kMvue, {8, 16}},        {GradMethod::kMvue, {3, 5}},
+    {GradMethod::kMvue, {16, 64}}, {GradMethod::kMvueApprox24, {2, 4}}, {GradMethod::kTopN, {2, 4}},
+    {GradMethod::kTopN, {4, 8}},
+};
+
+TEST(GradPrune, MatchesReferenceOnEdgeSizes) {
+  // Lengths around the 16-group vector step (64 elements at 2:4), odd group counts (the 4-group
+  // Philox alignment shifts from row to row), and tiny shapes.
+  const int64_t lens[] = {1, 3, 4, 15, 16, 17, 33};
+  for (const Config& cfg : kConfigs) {
+    for (NmAxis axis : {NmAxis::kRows, NmAxis::kCols}) {
+      for (int kind = 0; kind < 3; ++kind) {
+        for (int64_t groups : lens) {
+          for (int64_t across : {int64_t{1}, int64_t{5}, int64_t{70}}) {
+            const int m = cfg.pattern.m;
+            const int64_t rows = axis == NmAxis::kRows ? across : groups * m;
+            const int64_t cols = axis == NmAxis::kRows ? groups * m : across;
+            GradPruneOptions o{cfg.method, cfg.pattern, axis, 7 + static_cast<uint64_t>(kind),
+                               tensor_stream_id("layer")};
+            const Matrix g = make_input(kind, rows, cols, static_cast<uint64_t>(rows * cols));
+            const Matrix ref = detail::grad_prune_reference(g.view(), o);
+            const Matrix got = grad_prune(g.view(), o);
+            SCOPED_TRACE(std::string(grad_method_name(cfg.method)) + " " + cfg.pattern.to_string() +
+                         " " + std::string(axis_name(axis)) + " " + std::to_string(rows) + "x" +
+                         std::to_string(cols) + " kind " + std::to_string(kind));
+            ASSERT_TRUE(same_bits(ref, got));
+            check_invariants(g, got, o);
+            const CompressedNm c = grad_prune_compressed(g.view(), o);
+            ASSERT_NO_THROW(nm_validate(c));
+            ASSERT_TRUE(same_compressed(c, nm_compress(got.view(), cfg.pattern, axis)));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(GradPrune, SameResultForOneAndTwoThreads) {
+  for (const Config& cfg : kConfigs) {
+    for (NmAxis axis : {NmAxis::kRows, NmAxis::kCols}) {
+      const Matrix g = make_input(0, 320, 320, 11);
+      const GradPruneOptions o{cfg.method, cfg.pattern, axis, 99, 5};
+      Matrix one;
+      Matrix two;
+      CompressedNm c1;
+      CompressedNm c2;
+      {
+        ScopedNumThreads t(1);
+        one = grad_prune(g.view(), o);
+        c1 = grad_prune_compressed(g.view(), o);
+      }
+      {
+        ScopedNumThreads t(2);
+        two = grad_prune(g.view(), o);
+        c2 = grad_prune_compressed(g.view(), o);
+      }
+      EXPECT_TRUE(same_bits(one, two)) << cfg.pattern.to_string();
+      EXPECT_TRUE(same_compressed(c1, c2)) << cfg.pattern.to_string();
+    }
+  }
+}
+
+TEST(GradPrune, CompressedIntoReusesBuffers) {
+  const Matrix g = make_input(0, 64, 128, 3);
+  GradPruneOptions o;
+  CompressedNm c;
+  grad_prune_compressed_into(g.view(), o, c);
+  const float* values = c.values.data();
+  o.seed = 1;
+  grad_prune_compressed_into(g.view(), o, c);  // stale index bits must be cleared
+  EXPECT_EQ(values, c.values.data());
+  EXPECT_TRUE(same_compressed(c, nm_compress(grad_prune(g.view(), o).view(), o.pattern)));
+}
+
+TEST(GradPrune, IdenticalRowsGetIndependentDraws) {
+  // 256 identical rows of one 2:4 group (1, 2, 3, 4): every row draws on its own; all six pairs of
+  // the design have probability >= 1/20 here, so 256 equal rows would be a bug.
+  Matrix g(256, 4);
+  for (int64_t r = 0; r < 256; ++r)
+    for (int i = 0; i < 4; ++i) g(r, i) = static_cast<float>(i + 1);
+  for (NmAxis axis : {NmAxis::kRows}) {
+    const Matrix x = grad_prune(g.view(), {GradMethod::kMvue, {2, 4}, axis, 1, 2});
+    int differ = 0;
+    for (int64_t r = 1; r < 256; ++r) differ += std::memcmp(x.data(), x.data() + 4 * r, 16) != 0;
+    EXPECT_GT(differ, 100);
+  }
+  // Another seed or stream gives another draw.
+  const Matrix a = grad_prune(g.view(), {GradMethod::kMvue, {2, 4}, NmAxis::kRows, 1, 2});
+  const Matrix b = grad_prune(g.view(), {GradMethod::kMvue, {2, 4}, NmAxis::kRows, 1, 3});
+  const Matrix c = grad_prune(g.view(), {GradMethod::kMvue, {2, 4}, NmAxis::kRows, 2, 2});
+  EXPECT_FALSE(same_bits(a, b));
+  EXPECT_FALSE(same_bits(a, c));
+}
+
+TEST(GradPrune, ZeroGroupsStayZeroAndSmallGroupsExact) {
+  Matrix g(2, 8);
+  g(0, 4) = -0.0f;
+  g(1, 1) = 3.0f;
+  g(1, 6) = -2.0f;
+  for (GradMethod method : {GradMethod::kMvue, GradMethod::kMvueApprox24, GradMethod::kTopN}) {
+    const Matrix x = grad_prune(g.view(), {method, {2, 4}, NmAxis::kRows, 5, 5});
+    for (int64_t k = 0; k < 16; ++k) {
+      const float expect = g.data()[k] == 0.0f ? 0.0f : g.data()[k];
+      EXPECT_EQ(std::memcmp(&x.data()[k], &expect, 4), 0) << k;
+    }
+  }
+}
+
+TEST(GradPrune, StreamIdIsFnv1a64) {
+  EXPECT_EQ(tensor_stream_id(""), 0xcbf29ce484222325ull);
+  EXPECT_EQ(tensor_stream_id("a"), 0xaf63dc4c8601ec8cull);
+  EXPECT_EQ(tensor_stream_id("foobar"), 0x85944171f73967e8ull);
+}
+
+TEST(GradPrune, MethodNames) {
+  for (GradMethod m : {GradMethod::kMvue, GradMethod::kMvueApprox24, GradMethod::kTopN}) {
+    EXPECT_EQ(grad_method_from_name(grad_method_name(m)), m);
+  }
+  EXPECT_FALSE(grad_method_from_name("MVUE").has_value());
+}
+
+TEST(GradPrune, BadInputErrors) {
+  for (NmAxis axis : {NmAxis::kRows, NmAxis::kCols}) {
+    for (float bad :
+         {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+          -std::numeric_limits<float>::infinity()}) {
+      Matrix g = make_input(0, 8, 64, 1);
+      g(2, 37) = bad;
+      const GradPruneOptions o{GradMethod::kMvue, {2, 4}, axis, 0, 0};
+      testing::expect_error([&] { grad_prune(g.view(), o); }, "at (row 2, col 37)");
+      testing::expect_error([&] { grad_prune_compressed(g.view(), o); }, "at (row 2, col 37)");
+      const GradPruneOptions o48{GradMethod::kMvue, {4, 8}, axis, 0, 0};
+      testing::expect_error([&] { grad_prune(g.view(), o48); }, "non-finite gradient");
+    }
+  }
+  const Matrix g = make_input(0, 6, 10, 1);
+  testing::expect_error(
+      [&] {
+        grad_prune(g.view(), {GradMethod::kMvue, {2, 4}, NmAxis::kRows});
+      },
+      "does not divide");
+  testing::expect_error(
+      [&] {
+        grad_prune(g.view(), {GradMethod::kMvue, {2, 4}, NmAxis::kCols});
+      },
+      "does not divide");
+  testing::expect_error(
+      [&] {
+        grad_prune(g.view(), {GradMethod::kMvue, {5, 2}, NmAxis::kRows});
+      },
+      "5");
+  const Matrix h = make_input(0, 8, 16, 1);
+  testing::expect_error(
+      [&] {
+        grad_prune(h.view(), {GradMethod::kMvueApprox24, {4, 8}, NmAxis::kRows});
+      },
+      "2:4 only");
+  Matrix wrong(8, 12);
+  testing::expect_error([&] { grad_prune_into(h.view(), {}, wrong.view()); }, "output is 8 x 12");
+  Matrix huge(1, 4);
+  for (int i = 0; i < 4; ++i) huge(0, i) = 3e38f;
+  testing::expect_error([&] { grad_prune(huge.view(), {}); }, "sum past the fp32 range");
+}
+
+}  // namespace
+}  // namespace nms
