@@ -76,10 +76,10 @@ TEST_F(GradPruneCli, MvueIsDeterministicPerSeedAndValidNm) {
 
 TEST_F(GradPruneCli, CompressedEqualsDenseAndJsonReport) {
   for (const char* axis : {"rows", "cols"}) {
-    const std::string common = std::string("gradprune --nm 2:4 --seed 9 --axis ") + axis +
-                               " --include 'mlp' g.safetensors ";
-    ok(common + "dense.safetensors --json r.json");
-    ok(common + "packed.safetensors --compressed -q");
+    const std::string common =
+        std::string("gradprune --nm 2:4 --seed 9 --axis ") + axis + " g.safetensors ";
+    ok(common + "dense.safetensors --include mlp --json r.json");
+    ok(common + "packed.safetensors --compressed -q --include mlp");
     ok("unpack packed.safetensors unpacked.safetensors -q");
     const SafetensorsFile d = SafetensorsFile::open(path("dense.safetensors"));
     const SafetensorsFile u = SafetensorsFile::open(path("unpacked.safetensors"));
