@@ -192,16 +192,16 @@ BitMask bimask_backward(ConstMatrixViewF weights, const BitMask& forward, NmPatt
       for (uint64_t bits = over; bits != 0; bits &= bits - 1) {
         const int64_t j = w * 64 + std::countr_zero(bits);
         const uint64_t bit = uint64_t{1} << (j & 63);
-        // rank among the forward-kept entries: larger |w| first, then lower permuted index.
+        // |w| of the forward-kept entries, -1 for pruned ones (never outrank a kept entry, even a
+        // kept zero); rank = entries with larger |w|, or equal |w| and lower permuted index.
+        float a[kMaxGroupSize];
+        for (int r = 0; r < m; ++r)
+          a[r] =
+              (forward.row_words(rows[r])[w] & bit) != 0 ? std::fabs(weights(rows[r], j)) : -1.0f;
         for (int r = 0; r < m; ++r) {
-          if ((forward.row_words(rows[r])[w] & bit) == 0) continue;
-          const float a = std::fabs(weights(rows[r], j));
+          if (a[r] < 0.0f) continue;
           int rank = 0;
-          for (int q = 0; q < m && rank < n; ++q) {
-            if (q == r || (forward.row_words(rows[q])[w] & bit) == 0) continue;
-            const float b = std::fabs(weights(rows[q], j));
-            rank += (b > a) || (b == a && q < r);
-          }
+          for (int q = 0; q < m; ++q) rank += (a[q] > a[r]) || (a[q] == a[r] && q < r);
           if (rank < n) backward.row_words(rows[r])[w] |= bit;
         }
       }
