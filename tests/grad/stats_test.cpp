@@ -218,31 +218,46 @@ TEST(GradStats, MvueIsMinimumAndApproxIsAbove) {
     EXPECT_LT(mean_ratio, cs.hi) << "sigma " << cs.sigma;
   }
   // Measured: one draw per log-normal (sigma = 2) block, each row its own block. Each method's
-  // summed squared error must match its analytic Σ V within 5 standard errors of the sum (the
-  // Q_k are independent; Σ (Q_k − V_k)² estimates Σ Var[Q_k]), and the measured approx/mvue ratio
-  // must exceed 1.2 (analytic ratio of the sums: ~1.35).
+  // summed squared error Σ Q_k must match its analytic Σ V_k within 5 standard errors of the sum
+  // (the Q_k are independent; Σ (Q_k − V_k)² estimates Σ Var[Q_k]). The comparison is paired:
+  // d_k = Q_approx,k − Q_mvue,k has mean V_approx,k − V_mvue,k >= 0 and Σ d_k must lie within 5 SE
+  // of Σ (V_approx − V_mvue). (That the approximation's variance is the larger is proven per block
+  // above; asserting Σ d_k > 0 would not be a 5-SE bound: the sums are dominated by a few heavy
+  // blocks, and Σ (V_approx − V_mvue) is only 3.3 SE at D = 20000, 4.8 SE at D = 100000.)
   const int64_t rows = kDraws;
   const Matrix g = heavy_blocks(rows, 2.0, 78);
-  double measured[2] = {0, 0};
-  double analytic[2] = {0, 0};
-  double var_of_sum[2] = {0, 0};
   const GradMethod methods[2] = {GradMethod::kMvue, GradMethod::kMvueApprox24};
+  std::vector<double> q[2], v[2];
   for (int t = 0; t < 2; ++t) {
     const Matrix x = grad_prune(g.view(), {methods[t], {2, 4}, NmAxis::kRows, 9, 9});
+    double measured = 0.0, analytic = 0.0, var_of_sum = 0.0;
     for (int64_t k = 0; k < rows; ++k) {
       const std::vector<float> b(g.view().row(k), g.view().row(k) + 4);
-      double q = 0.0;
-      for (int i = 0; i < 4; ++i) q += (double{x(k, i)} - b[i]) * (double{x(k, i)} - b[i]);
-      const double v = analytic_variance(b, probabilities(b, methods[t], 2));
-      measured[t] += q;
-      analytic[t] += v;
-      var_of_sum[t] += (q - v) * (q - v);
+      double qk = 0.0;
+      for (int i = 0; i < 4; ++i) qk += (double{x(k, i)} - b[i]) * (double{x(k, i)} - b[i]);
+      const double vk = analytic_variance(b, probabilities(b, methods[t], 2));
+      q[t].push_back(qk);
+      v[t].push_back(vk);
+      measured += qk;
+      analytic += vk;
+      var_of_sum += (qk - vk) * (qk - vk);
     }
-    EXPECT_LE(std::fabs(measured[t] - analytic[t]), 5.0 * std::sqrt(var_of_sum[t]))
+    EXPECT_LE(std::fabs(measured - analytic), 5.0 * std::sqrt(var_of_sum))
         << grad_method_name(methods[t]);
   }
-  EXPECT_GT(analytic[1] / analytic[0], 1.25);
-  EXPECT_GT(measured[1] / measured[0], 1.2) << "approx " << measured[1] << " mvue " << measured[0];
+  double diff = 0.0, diff_expected = 0.0, diff_var = 0.0, mvue_total = 0.0;
+  for (int64_t k = 0; k < rows; ++k) {
+    const auto i = static_cast<size_t>(k);
+    const double dk = q[1][i] - q[0][i];
+    const double ek = v[1][i] - v[0][i];
+    diff += dk;
+    diff_expected += ek;
+    diff_var += (dk - ek) * (dk - ek);
+    mvue_total += v[0][i];
+  }
+  EXPECT_GT(diff_expected / mvue_total, 0.25);  // analytic ratio of the sums: ~1.35
+  EXPECT_LE(std::fabs(diff - diff_expected), 5.0 * std::sqrt(diff_var))
+      << "approx - mvue " << diff << " expected " << diff_expected;
 }
 
 TEST(GradStats, TopNIsBiased) {
