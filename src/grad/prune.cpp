@@ -13,8 +13,11 @@
 #include <cstring>
 
 #include "core/parallel.h"
+#include "grad/code24.h"
 #include "grad/group.h"
+#include "grad/mvue24_avx512.h"
 #include "nmsparse/core/error.h"
+#include "nmsparse/core/isa.h"
 
 namespace nms {
 namespace {
@@ -140,31 +143,6 @@ inline void mvue24_x4(const __m128 x[4], __m128i uw, __m128 out[4], __m128i& bad
   }
 }
 
-// Canonical 2:4 slot indices for a kept-position mask (<= 2 bits): the kept positions plus the
-// lowest free ones, ascending, packed as idx0 | idx1 << 2.
-constexpr std::array<uint8_t, 16> make_code24() {
-  std::array<uint8_t, 16> t{};
-  for (int mask = 0; mask < 16; ++mask) {
-    int keep = mask;
-    int count = 0;
-    for (int i = 0; i < 4; ++i) count += (mask >> i) & 1;
-    for (int i = 0; i < 4 && count < 2; ++i) {
-      if (!((keep >> i) & 1)) {
-        keep |= 1 << i;
-        ++count;
-      }
-    }
-    int slot = 0;
-    int code = 0;
-    for (int i = 0; i < 4; ++i) {
-      if (((keep >> i) & 1) && slot < 2) code |= i << (2 * slot++);
-    }
-    t[static_cast<size_t>(mask)] = static_cast<uint8_t>(code);
-  }
-  return t;
-}
-constexpr std::array<uint8_t, 16> kCode24 = make_code24();
-
 // ---------------------------------------------------------------------------------------------
 // Where results go.
 struct Sink {
@@ -185,7 +163,9 @@ struct Job {
   CounterRng rng{0, 0};
   PhiloxSse philox{0, 0};
   Sink sink;
-  bool fast24 = false;
+  bool fast24 = false;  // 2:4 MVUE through a vector kernel (SSE2, or AVX-512 when avx512)
+  bool avx512 = false;  // isa_active() == avx512 and the kernels are built
+  detail::Mvue24Key key{};
 };
 
 inline void put_index(uint8_t* row, int64_t bit_pos, int index, int bits) {
@@ -268,7 +248,7 @@ inline void emit24_compressed(const Job& j, const __m128 out[4], int64_t vr0, in
   for (int l = 0; l < 4; ++l) {
     const int mask = ((bits[0] >> l) & 1) | (((bits[1] >> l) & 1) << 1) |
                      (((bits[2] >> l) & 1) << 2) | (((bits[3] >> l) & 1) << 3);
-    const int code = kCode24[static_cast<size_t>(mask)];
+    const int code = detail::kCode24[mask];
     const int64_t vr = rows_axis ? vr0 : vr0 + l;
     const int64_t k = rows_axis ? k0 + l : k0;
     float* v = j.sink.values + vr * j.sink.value_cols + 2 * k;
@@ -288,6 +268,17 @@ bool run_row(const Job& j, int64_t r) {
   }
   __m128i bad = _mm_setzero_si128();
   int64_t k = 0;
+  if (j.avx512 && gpr % 4 == 0) {  // every row starts on a Philox block: gid0 % 4 == 0
+    k = gpr / 16 * 16;
+    const auto gid0 = static_cast<uint64_t>(r * gpr);
+    const bool ok = j.sink.dense
+                        ? detail::mvue24_rows_avx512(j.g.row(r), k, gid0, j.key, j.sink.out.row(r),
+                                                     nullptr, nullptr)
+                        : detail::mvue24_rows_avx512(j.g.row(r), k, gid0, j.key, nullptr,
+                                                     j.sink.values + r * j.sink.value_cols,
+                                                     j.sink.indices + r * j.sink.index_row_bytes);
+    if (!ok) return false;
+  }
   while (k < gpr) {
     const uint64_t gid = static_cast<uint64_t>(r * gpr + k);
     if (j.fast24 && (gid & 3) == 0 && k + 16 <= gpr) {
@@ -320,7 +311,7 @@ bool run_row(const Job& j, int64_t r) {
   return _mm_movemask_epi8(bad) == 0;
 }
 
-constexpr int64_t kStrip = 64;  // columns per kCols work item
+constexpr int64_t kStrip = 16 * detail::kColsMaxBlocks;  // columns per kCols work item
 
 // Columns [c0, c1) (kCols): every group down those columns.
 bool run_strip(const Job& j, int64_t c0, int64_t c1) {
@@ -331,6 +322,25 @@ bool run_strip(const Job& j, int64_t c0, int64_t c1) {
   }
   __m128i bad = _mm_setzero_si128();
   const int64_t groups = j.g.rows() / j.m;
+  if (j.avx512 && cols % 4 == 0) {  // blocks of 16 columns (c0 % 64 == 0), then the rest
+    const int64_t blocks = (c1 - c0) / 16;
+    const int64_t c_end = c0 + 16 * blocks;
+    const bool ok = j.sink.dense
+                        ? detail::mvue24_cols_avx512(j.g.data() + c0, j.g.ld(), groups, blocks,
+                                                     cols, c0, j.key, j.sink.out.data() + c0,
+                                                     j.sink.out.ld(), nullptr, 0, nullptr, 0)
+                        : detail::mvue24_cols_avx512(
+                              j.g.data() + c0, j.g.ld(), groups, blocks, cols, c0, j.key, nullptr,
+                              0, j.sink.values + c0 * j.sink.value_cols, j.sink.value_cols,
+                              j.sink.indices + c0 * j.sink.index_row_bytes, j.sink.index_row_bytes);
+    if (!ok) return false;
+    for (int64_t kk = 0; kk < groups; ++kk) {
+      for (int64_t c = c_end; c < c1; ++c) {
+        if (!scalar_group(j, kk * j.m, c, c, kk)) return false;
+      }
+    }
+    return true;
+  }
   for (int64_t kk = 0; kk < groups; ++kk) {
     const int64_t r0 = kk * j.m;
     int64_t c = c0;
@@ -379,7 +389,13 @@ Job make_job(ConstMatrixViewF g, const GradPruneOptions& o) {
   j.m = m;
   j.rng = CounterRng(o.seed, o.stream);
   j.philox = PhiloxSse(o.seed, o.stream);
-  j.fast24 = o.method == GradMethod::kMvue && (o.pattern == NmPattern{2, 4});
+  const Isa isa = isa_active();
+  j.fast24 = o.method == GradMethod::kMvue && (o.pattern == NmPattern{2, 4}) && isa != Isa::kScalar;
+#if defined(NMS_HAVE_AVX512_KERNELS)
+  j.avx512 = j.fast24 && isa == Isa::kAvx512;
+#endif
+  j.key = {static_cast<uint32_t>(o.seed), static_cast<uint32_t>(o.seed >> 32),
+           static_cast<uint32_t>(o.stream), static_cast<uint32_t>(o.stream >> 32)};
   return j;
 }
 

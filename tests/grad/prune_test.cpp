@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "grad/prune_reference.h"
+#include "nmsparse/core/isa.h"
 #include "nmsparse/core/threading.h"
 #include "nmsparse/format/compressed_nm.h"
 #include "nmsparse/grad/prune.h"
@@ -86,31 +87,50 @@ const Config kConfigs[] = {
     {GradMethod::kTopN, {4, 8}},
 };
 
+// Every ISA level this CPU runs (isa.h): 2:4 MVUE has a scalar, an SSE2 (avx2) and an AVX-512
+// path, each bit-identical to the reference.
+std::vector<Isa> isa_levels() {
+  std::vector<Isa> levels;
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    if (isa <= isa_supported()) levels.push_back(isa);
+  }
+  return levels;
+}
+
 TEST(GradPrune, MatchesReferenceOnEdgeSizes) {
-  // Lengths around the 16-group vector step (64 elements at 2:4), odd group counts (the 4-group
-  // Philox alignment shifts from row to row), and tiny shapes.
-  const int64_t lens[] = {1, 3, 4, 15, 16, 17, 33};
+  // Lengths around the 16-group vector step (64 elements at 2:4) and the 64-group Philox step,
+  // odd group counts (the 4-group Philox alignment shifts from row to row; the AVX-512 row kernel
+  // needs a multiple of 4 groups per row), group-row counts around the 8 per index word of the
+  // AVX-512 column kernel, widths that are and are not multiples of 4 and 16, and tiny shapes.
+  const int64_t lens[] = {1, 3, 4, 8, 9, 15, 16, 17, 33, 68, 83};
+  const int64_t acrosses[] = {1, 5, 16, 70, 84};
   for (const Config& cfg : kConfigs) {
-    for (NmAxis axis : {NmAxis::kRows, NmAxis::kCols}) {
-      for (int kind = 0; kind < 3; ++kind) {
-        for (int64_t groups : lens) {
-          for (int64_t across : {int64_t{1}, int64_t{5}, int64_t{70}}) {
-            const int m = cfg.pattern.m;
-            const int64_t rows = axis == NmAxis::kRows ? across : groups * m;
-            const int64_t cols = axis == NmAxis::kRows ? groups * m : across;
-            GradPruneOptions o{cfg.method, cfg.pattern, axis, 7 + static_cast<uint64_t>(kind),
-                               tensor_stream_id("layer")};
-            const Matrix g = make_input(kind, rows, cols, static_cast<uint64_t>(rows * cols));
-            const Matrix ref = detail::grad_prune_reference(g.view(), o);
-            const Matrix got = grad_prune(g.view(), o);
-            SCOPED_TRACE(std::string(grad_method_name(cfg.method)) + " " + cfg.pattern.to_string() +
-                         " " + std::string(axis_name(axis)) + " " + std::to_string(rows) + "x" +
-                         std::to_string(cols) + " kind " + std::to_string(kind));
-            ASSERT_TRUE(same_bits(ref, got));
-            check_invariants(g, got, o);
-            const CompressedNm c = grad_prune_compressed(g.view(), o);
-            ASSERT_NO_THROW(nm_validate(c));
-            ASSERT_TRUE(same_compressed(c, nm_compress(got.view(), cfg.pattern, axis)));
+    const bool dispatched = cfg.method == GradMethod::kMvue && (cfg.pattern == NmPattern{2, 4});
+    for (Isa isa : dispatched ? isa_levels() : std::vector<Isa>{isa_active()}) {
+      ScopedIsa level(isa);
+      for (NmAxis axis : {NmAxis::kRows, NmAxis::kCols}) {
+        for (int kind = 0; kind < 3; ++kind) {
+          for (int64_t groups : lens) {
+            for (int64_t across : acrosses) {
+              if (!dispatched && groups > 17 && across > 16) continue;  // one path: fewer sizes
+              const int m = cfg.pattern.m;
+              const int64_t rows = axis == NmAxis::kRows ? across : groups * m;
+              const int64_t cols = axis == NmAxis::kRows ? groups * m : across;
+              GradPruneOptions o{cfg.method, cfg.pattern, axis, 7 + static_cast<uint64_t>(kind),
+                                 tensor_stream_id("layer")};
+              const Matrix g = make_input(kind, rows, cols, static_cast<uint64_t>(rows * cols));
+              const Matrix ref = detail::grad_prune_reference(g.view(), o);
+              const Matrix got = grad_prune(g.view(), o);
+              SCOPED_TRACE(std::string(grad_method_name(cfg.method)) + " " +
+                           cfg.pattern.to_string() + " " + std::string(axis_name(axis)) + " " +
+                           std::to_string(rows) + "x" + std::to_string(cols) + " kind " +
+                           std::to_string(kind) + " isa " + std::string(isa_name(isa)));
+              ASSERT_TRUE(same_bits(ref, got));
+              check_invariants(g, got, o);
+              const CompressedNm c = grad_prune_compressed(g.view(), o);
+              ASSERT_NO_THROW(nm_validate(c));
+              ASSERT_TRUE(same_compressed(c, nm_compress(got.view(), cfg.pattern, axis)));
+            }
           }
         }
       }
@@ -203,17 +223,20 @@ TEST(GradPrune, MethodNames) {
 }
 
 TEST(GradPrune, BadInputErrors) {
-  for (NmAxis axis : {NmAxis::kRows, NmAxis::kCols}) {
-    for (float bad :
-         {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
-          -std::numeric_limits<float>::infinity()}) {
-      Matrix g = make_input(0, 8, 64, 1);
-      g(2, 37) = bad;
-      const GradPruneOptions o{GradMethod::kMvue, {2, 4}, axis, 0, 0};
-      testing::expect_error([&] { grad_prune(g.view(), o); }, "at (row 2, col 37)");
-      testing::expect_error([&] { grad_prune_compressed(g.view(), o); }, "at (row 2, col 37)");
-      const GradPruneOptions o48{GradMethod::kMvue, {4, 8}, axis, 0, 0};
-      testing::expect_error([&] { grad_prune(g.view(), o48); }, "non-finite gradient");
+  for (Isa isa : isa_levels()) {
+    ScopedIsa level(isa);
+    for (NmAxis axis : {NmAxis::kRows, NmAxis::kCols}) {
+      for (float bad :
+           {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+            -std::numeric_limits<float>::infinity()}) {
+        Matrix g = make_input(0, 8, 64, 1);
+        g(2, 37) = bad;
+        const GradPruneOptions o{GradMethod::kMvue, {2, 4}, axis, 0, 0};
+        testing::expect_error([&] { grad_prune(g.view(), o); }, "at (row 2, col 37)");
+        testing::expect_error([&] { grad_prune_compressed(g.view(), o); }, "at (row 2, col 37)");
+        const GradPruneOptions o48{GradMethod::kMvue, {4, 8}, axis, 0, 0};
+        testing::expect_error([&] { grad_prune(g.view(), o48); }, "non-finite gradient");
+      }
     }
   }
   const Matrix g = make_input(0, 6, 10, 1);
@@ -240,9 +263,16 @@ TEST(GradPrune, BadInputErrors) {
       "2:4 only");
   Matrix wrong(8, 12);
   testing::expect_error([&] { grad_prune_into(h.view(), {}, wrong.view()); }, "output is 8 x 12");
-  Matrix huge(1, 4);
-  for (int i = 0; i < 4; ++i) huge(0, i) = 3e38f;
-  testing::expect_error([&] { grad_prune(huge.view(), {}); }, "sum past the fp32 range");
+  for (Isa isa : isa_levels()) {  // an overflowing group among 64 (a vector kernel's step)
+    ScopedIsa level(isa);
+    Matrix huge(64, 64);
+    for (int i = 0; i < 4; ++i) huge(33, 20 + i) = 3e38f;
+    testing::expect_error([&] { grad_prune(huge.view(), {}); }, "(row 33, col 20)");
+    GradPruneOptions cols;
+    cols.axis = NmAxis::kCols;
+    for (int i = 0; i < 4; ++i) huge(40 + i, 7) = 3e38f;
+    testing::expect_error([&] { grad_prune(huge.view(), cols); }, "sum past the fp32 range");
+  }
 }
 
 }  // namespace

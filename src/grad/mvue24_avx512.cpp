@@ -1,0 +1,354 @@
+// AVX-512 MVUE 2:4 kernels (see mvue24_avx512.h). Compiled with -mavx512f/bw/dq/vl and
+// -ffp-contract=off (a contracted multiply-add would round differently from the specification);
+// includes nothing that defines inline functions shared with other translation units.
+#include "grad/mvue24_avx512.h"
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "grad/code24.h"
+
+namespace nms::detail {
+namespace {
+
+// 64-bit products of the 16 lanes of `a` with `mul`: high and low 32-bit halves.
+inline void mulhilo(__m512i a, __m512i mul, __m512i& hi, __m512i& lo) {
+  const __m512i even = _mm512_mul_epu32(a, mul);
+  const __m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), mul);
+  lo = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
+  hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even, 32), odd);
+}
+
+// Philox4x32-10 of the 16 blocks base + offset[l] (offsets in two vectors of 8 x 64 bits, lanes
+// 0..7 and 8..15): w[k] lane l = word k of block l. The counters are built in registers (storing
+// them to memory and loading them back stalled on store forwarding: 14 % of the column kernel).
+inline void philox16(uint64_t base, __m512i offset_lo, __m512i offset_hi, const Mvue24Key& key,
+                     __m512i w[4]) {
+  const __m512i b = _mm512_set1_epi64(static_cast<long long>(base));
+  const __m512i blocks_lo = _mm512_add_epi64(b, offset_lo);
+  const __m512i blocks_hi = _mm512_add_epi64(b, offset_hi);
+  __m512i c0 = _mm512_permutex2var_epi32(
+      blocks_lo, _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0),
+      blocks_hi);
+  __m512i c1 = _mm512_permutex2var_epi32(
+      blocks_lo, _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1),
+      blocks_hi);
+  __m512i c2 = _mm512_set1_epi32(static_cast<int>(key.stream_lo));
+  __m512i c3 = _mm512_set1_epi32(static_cast<int>(key.stream_hi));
+  __m512i k0 = _mm512_set1_epi32(static_cast<int>(key.seed_lo));
+  __m512i k1 = _mm512_set1_epi32(static_cast<int>(key.seed_hi));
+  const __m512i mul0 = _mm512_set1_epi32(static_cast<int>(0xD2511F53u));
+  const __m512i mul1 = _mm512_set1_epi32(static_cast<int>(0xCD9E8D57u));
+  const __m512i weyl0 = _mm512_set1_epi32(static_cast<int>(0x9E3779B9u));
+  const __m512i weyl1 = _mm512_set1_epi32(static_cast<int>(0xBB67AE85u));
+  for (int round = 0; round < 10; ++round) {
+    if (round > 0) {
+      k0 = _mm512_add_epi32(k0, weyl0);
+      k1 = _mm512_add_epi32(k1, weyl1);
+    }
+    __m512i hi0, lo0, hi1, lo1;
+    mulhilo(c0, mul0, hi0, lo0);
+    mulhilo(c2, mul1, hi1, lo1);
+    c0 = _mm512_ternarylogic_epi32(hi1, c1, k0, 0x96);  // three-way xor
+    c1 = lo1;
+    c2 = _mm512_ternarylogic_epi32(hi0, c3, k1, 0x96);
+    c3 = lo0;
+  }
+  w[0] = c0;
+  w[1] = c1;
+  w[2] = c2;
+  w[3] = c3;
+}
+
+// out[s] lane 4q + k = c[k] lane 4s + q: four 16-lane "columns" into 16 rows of four, e.g. the
+// Philox words of blocks 4s..4s+3 in group order, or element-major results back to groups.
+inline void interleave4(const __m512i c[4], __m512i out[4]) {
+  const __m512i pair_lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  const __m512i pair_hi =
+      _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
+  const __m512i p = _mm512_permutex2var_epi32(c[0], pair_lo, c[1]);
+  const __m512i p2 = _mm512_permutex2var_epi32(c[0], pair_hi, c[1]);
+  const __m512i q = _mm512_permutex2var_epi32(c[2], pair_lo, c[3]);
+  const __m512i q2 = _mm512_permutex2var_epi32(c[2], pair_hi, c[3]);
+  const __m512i quad_lo = _mm512_set_epi64(11, 3, 10, 2, 9, 1, 8, 0);
+  const __m512i quad_hi = _mm512_set_epi64(15, 7, 14, 6, 13, 5, 12, 4);
+  out[0] = _mm512_permutex2var_epi64(p, quad_lo, q);
+  out[1] = _mm512_permutex2var_epi64(p, quad_hi, q);
+  out[2] = _mm512_permutex2var_epi64(p2, quad_lo, q2);
+  out[3] = _mm512_permutex2var_epi64(p2, quad_hi, q2);
+}
+
+// The inverse: z[s] holds groups 4s..4s+3 (4 floats each) -> x[i] lane l = element i of group l.
+inline void deinterleave4(const __m512 z[4], __m512 x[4]) {
+  const __m512i e01 = _mm512_set_epi32(29, 25, 21, 17, 13, 9, 5, 1, 28, 24, 20, 16, 12, 8, 4, 0);
+  const __m512i e23 = _mm512_set_epi32(31, 27, 23, 19, 15, 11, 7, 3, 30, 26, 22, 18, 14, 10, 6, 2);
+  const __m512 a01 = _mm512_permutex2var_ps(z[0], e01, z[1]);  // e0 of g0..7 | e1 of g0..7
+  const __m512 a23 = _mm512_permutex2var_ps(z[0], e23, z[1]);
+  const __m512 b01 = _mm512_permutex2var_ps(z[2], e01, z[3]);  // the same for g8..15
+  const __m512 b23 = _mm512_permutex2var_ps(z[2], e23, z[3]);
+  x[0] = _mm512_shuffle_f32x4(a01, b01, 0x44);
+  x[1] = _mm512_shuffle_f32x4(a01, b01, 0xEE);
+  x[2] = _mm512_shuffle_f32x4(a23, b23, 0x44);
+  x[3] = _mm512_shuffle_f32x4(a23, b23, 0xEE);
+}
+
+// MVUE 2:4 of 16 groups (x[i] lane l = element i of group l; uw their random words): the
+// operations of mvue_group (group.cpp), as the SSE2 kernel in prune.cpp performs them.
+inline void mvue16(const __m512 x[4], __m512i uw, __m512 out[4], __mmask16& bad) {
+  const __m512i exp_mask = _mm512_set1_epi32(0x7f800000);
+  const __m512 sign_mask = _mm512_castsi512_ps(_mm512_set1_epi32(static_cast<int>(0x80000000u)));
+  const __m512 zero = _mm512_setzero_ps();
+  __m512 a[4];
+  __mmask16 nz[4];
+  for (int i = 0; i < 4; ++i) {
+    a[i] = _mm512_abs_ps(x[i]);
+    const __m512i e = _mm512_and_si512(_mm512_castps_si512(x[i]), exp_mask);
+    bad = static_cast<__mmask16>(bad | _mm512_cmpeq_epi32_mask(e, exp_mask));
+    nz[i] = _mm512_cmp_ps_mask(a[i], zero, _CMP_GT_OQ);
+  }
+  // At least three nonzeros: not "small" (small groups are kept as they are).
+  const auto three =
+      static_cast<__mmask16>((nz[0] & nz[1] & (nz[2] | nz[3])) | (nz[2] & nz[3] & (nz[0] | nz[1])));
+  const auto small = static_cast<__mmask16>(~three);
+  const __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[1]), a[2]), a[3]);
+  const __mmask16 overflow = _mm512_cmp_ps_mask(s, _mm512_set1_ps(__builtin_inff()), _CMP_EQ_OQ);
+  bad = static_cast<__mmask16>(bad | (overflow & three));
+  const __m512 amax = _mm512_max_ps(_mm512_max_ps(a[0], a[1]), _mm512_max_ps(a[2], a[3]));
+  const __mmask16 case_c =
+      _mm512_cmp_ps_mask(_mm512_mul_ps(amax, _mm512_set1_ps(2.0f)), s, _CMP_GE_OQ);
+  __mmask16 seen = 0;
+  __mmask16 cap[4];
+  __m512 prefix[5];
+  prefix[0] = zero;
+  for (int i = 0; i < 4; ++i) {
+    const auto is_max = static_cast<__mmask16>(_mm512_cmp_ps_mask(a[i], amax, _CMP_EQ_OQ) & ~seen);
+    seen = static_cast<__mmask16>(seen | is_max);
+    cap[i] = static_cast<__mmask16>(case_c & is_max);
+    const __m512 ap = _mm512_maskz_mov_ps(static_cast<__mmask16>(~cap[i]), a[i]);
+    prefix[i + 1] = _mm512_add_ps(prefix[i], ap);
+  }
+  const __m512 total = prefix[4];
+  const __m512 step = _mm512_mask_mov_ps(_mm512_mul_ps(total, _mm512_set1_ps(0.5f)), case_c, total);
+  const __m512 u = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(uw, 8)),
+                                 _mm512_set1_ps(1.0f / 16777216.0f));
+  const __m512 t0 = _mm512_mul_ps(u, step);
+  const __m512 t1 = _mm512_add_ps(t0, step);
+  for (int i = 0; i < 4; ++i) {
+    const __mmask16 in0 = _mm512_cmp_ps_mask(prefix[i], t0, _CMP_LE_OQ) &
+                          _mm512_cmp_ps_mask(t0, prefix[i + 1], _CMP_LT_OQ);
+    const __mmask16 in1 = _mm512_cmp_ps_mask(prefix[i], t1, _CMP_LE_OQ) &
+                          _mm512_cmp_ps_mask(t1, prefix[i + 1], _CMP_LT_OQ);
+    const auto sel = static_cast<__mmask16>((small & nz[i]) | (three & (cap[i] | in0 | in1)));
+    const __m512 signed_step = _mm512_or_ps(_mm512_and_ps(x[i], sign_mask), step);
+    const __m512 val =
+        _mm512_mask_mov_ps(signed_step, static_cast<__mmask16>(cap[i] | small), x[i]);
+    out[i] = _mm512_maskz_mov_ps(sel, val);
+  }
+}
+
+// The two kept values (v0 the lower position) and the canonical index code of 16 results.
+inline void select24(const __m512 out[4], __m512& v0, __m512& v1, __m512i& code) {
+  const __m512 zero = _mm512_setzero_ps();
+  __m512i nib = _mm512_setzero_si512();
+  for (int i = 0; i < 4; ++i) {
+    const __mmask16 kept = _mm512_cmp_ps_mask(out[i], zero, _CMP_NEQ_UQ);
+    nib = _mm512_mask_add_epi32(nib, kept, nib, _mm512_set1_epi32(1 << i));
+  }
+  alignas(64) static constexpr uint32_t kTable[16] = {
+      kCode24[0],  kCode24[1],  kCode24[2],  kCode24[3], kCode24[4],  kCode24[5],
+      kCode24[6],  kCode24[7],  kCode24[8],  kCode24[9], kCode24[10], kCode24[11],
+      kCode24[12], kCode24[13], kCode24[14], kCode24[15]};
+  code = _mm512_permutexvar_epi32(nib, _mm512_load_si512(kTable));
+  const __m512i idx0 = _mm512_and_si512(code, _mm512_set1_epi32(3));
+  const __m512i idx1 = _mm512_srli_epi32(code, 2);
+  v0 = _mm512_mask_mov_ps(out[0], _mm512_cmpeq_epi32_mask(idx0, _mm512_set1_epi32(1)), out[1]);
+  v0 = _mm512_mask_mov_ps(v0, _mm512_cmpeq_epi32_mask(idx0, _mm512_set1_epi32(2)), out[2]);
+  v1 = _mm512_mask_mov_ps(out[3], _mm512_cmpeq_epi32_mask(idx1, _mm512_set1_epi32(2)), out[2]);
+  v1 = _mm512_mask_mov_ps(v1, _mm512_cmpeq_epi32_mask(idx1, _mm512_set1_epi32(1)), out[1]);
+}
+
+// Pairs (v0[l], v1[l]) in lane order: lanes 0..7 in *lo, 8..15 in *hi.
+inline void interleave_pairs(__m512 v0, __m512 v1, __m512& lo, __m512& hi) {
+  lo = _mm512_permutex2var_ps(
+      v0, _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0), v1);
+  hi = _mm512_permutex2var_ps(
+      v0, _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8), v1);
+}
+
+// 8 x 8 transpose of 64-bit elements: t[c] element k = r[k] element c.
+inline void transpose8x8_epi64(const __m512i r[8], __m512i t[8]) {
+  __m512i a[8];
+  for (int k = 0; k < 8; k += 2) {
+    a[k] = _mm512_unpacklo_epi64(r[k], r[k + 1]);      // 128-bit lane L: columns 2L of k, k+1
+    a[k + 1] = _mm512_unpackhi_epi64(r[k], r[k + 1]);  // columns 2L + 1
+  }
+  __m512i b[8];
+  for (int h = 0; h < 2; ++h) {                                 // h: even / odd columns
+    for (int q = 0; q < 2; ++q) {                               // q: rows 0..3 / 4..7
+      const __m512i x = a[4 * q + h];                           // rows 4q, 4q + 1
+      const __m512i y = a[4 * q + 2 + h];                       // rows 4q + 2, 4q + 3
+      b[4 * h + 2 * q] = _mm512_shuffle_i64x2(x, y, 0x88);      // columns 0 / 4 (+h)
+      b[4 * h + 2 * q + 1] = _mm512_shuffle_i64x2(x, y, 0xDD);  // columns 2 / 6 (+h)
+    }
+  }
+  for (int h = 0; h < 2; ++h) {
+    for (int e = 0; e < 2; ++e) {          // e: columns {0, 4} / {2, 6} (+h)
+      const __m512i x = b[4 * h + e];      // rows 0..3
+      const __m512i y = b[4 * h + 2 + e];  // rows 4..7
+      t[2 * e + h] = _mm512_shuffle_i64x2(x, y, 0x88);
+      t[2 * e + h + 4] = _mm512_shuffle_i64x2(x, y, 0xDD);
+    }
+  }
+}
+
+}  // namespace
+
+bool mvue24_rows_avx512(const float* src, int64_t groups, uint64_t gid0, const Mvue24Key& key,
+                        float* dense, float* values, uint8_t* indices) {
+  __mmask16 bad = 0;
+  const __m512i offset_lo = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512i offset_hi = _mm512_set_epi64(15, 14, 13, 12, 11, 10, 9, 8);
+  for (int64_t base = 0; base < groups; base += 64) {
+    __m512i w[4];
+    __m512i uw[4];
+    philox16((gid0 + static_cast<uint64_t>(base)) >> 2, offset_lo, offset_hi, key, w);
+    interleave4(w, uw);
+    const int64_t left = (groups - base) / 16;
+    const int batches = left < 4 ? static_cast<int>(left) : 4;
+    for (int s = 0; s < batches; ++s) {
+      const int64_t g = base + 16 * s;
+      const float* p = src + 4 * g;
+      const __m512 z[4] = {_mm512_loadu_ps(p), _mm512_loadu_ps(p + 16), _mm512_loadu_ps(p + 32),
+                           _mm512_loadu_ps(p + 48)};
+      __m512 x[4];
+      deinterleave4(z, x);
+      __m512 out[4];
+      mvue16(x, uw[s], out, bad);
+      if (dense != nullptr) {
+        const __m512i o[4] = {_mm512_castps_si512(out[0]), _mm512_castps_si512(out[1]),
+                              _mm512_castps_si512(out[2]), _mm512_castps_si512(out[3])};
+        __m512i r[4];
+        interleave4(o, r);
+        for (int k = 0; k < 4; ++k) _mm512_storeu_si512(dense + 4 * g + 16 * k, r[k]);
+      } else {
+        __m512 v0, v1, pairs_lo, pairs_hi;
+        __m512i code;
+        select24(out, v0, v1, code);
+        interleave_pairs(v0, v1, pairs_lo, pairs_hi);
+        _mm512_storeu_ps(values + 2 * g, pairs_lo);
+        _mm512_storeu_ps(values + 2 * g + 16, pairs_hi);
+        // Lane pairs (2b, 2b + 1) -> byte b = code[2b] | code[2b + 1] << 4.
+        const __m512i bytes = _mm512_or_si512(code, _mm512_srli_epi64(code, 28));
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(indices + g / 2), _mm512_cvtepi64_epi8(bytes));
+      }
+    }
+  }
+  return bad == 0;
+}
+
+bool mvue24_cols_avx512(const float* src, int64_t ld, int64_t group_rows, int64_t blocks,
+                        int64_t cols, int64_t col0, const Mvue24Key& key, float* dense,
+                        int64_t dense_ld, float* values, int64_t value_ld, uint8_t* indices,
+                        int64_t index_ld) {
+  __mmask16 bad = 0;
+  // Philox lane 4j + q: the block of group row kk0 + j, columns 4q .. 4q + 3 of the 16.
+  const auto quarter = static_cast<long long>(cols / 4);
+  const __m512i block_lo =
+      _mm512_set_epi64(quarter + 3, quarter + 2, quarter + 1, quarter, 3, 2, 1, 0);
+  const __m512i block_hi = _mm512_add_epi64(block_lo, _mm512_set1_epi64(2 * quarter));
+  // Byte offsets of 16 columns' index rows.
+  const __m512i lanes_lo = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512i lanes_hi = _mm512_set_epi64(15, 14, 13, 12, 11, 10, 9, 8);
+  const __m512i index_bytes = _mm512_set1_epi64(index_ld);
+  const __m512i ioff_lo = _mm512_mullo_epi64(lanes_lo, index_bytes);
+  const __m512i ioff_hi = _mm512_mullo_epi64(lanes_hi, index_bytes);
+  // Tiles of 8 group rows (32 input rows) x all the columns, each input row read left to right:
+  // the hardware prefetcher follows 4 rows at a time, and each column's output gets 64 contiguous
+  // bytes of values and 4 bytes of indices per tile. (Walking down a 16-column block instead, 32
+  // rows of 64 bytes at a time, ran at 0.96 GB/s, latency-bound.)
+  __m512i uw[kColsMaxBlocks][4];        // random words of the current 4 group rows, per block
+  __m512i nibbles[kColsMaxBlocks];      // index nibbles of the current tile, per block
+  __m512i pairs[kColsMaxBlocks][2][8];  // kept pairs of the tile: columns 0..7 / 8..15, group row
+  for (int64_t tile = 0; tile < group_rows; tile += 8) {
+    const int64_t tile_rows = group_rows - tile < 8 ? group_rows - tile : 8;
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      nibbles[blk] = _mm512_setzero_si512();
+      for (int64_t t = tile_rows; t < 8; ++t) {
+        pairs[blk][0][t] = _mm512_setzero_si512();
+        pairs[blk][1][t] = _mm512_setzero_si512();
+      }
+    }
+    for (int64_t kk0 = tile; kk0 < tile + tile_rows; kk0 += 4) {
+      for (int64_t blk = 0; blk < blocks; ++blk) {
+        __m512i w[4];
+        philox16(static_cast<uint64_t>(kk0 * cols + col0 + 16 * blk) >> 2, block_lo, block_hi, key,
+                 w);
+        interleave4(w, uw[blk]);
+      }
+      const int64_t left = tile + tile_rows - kk0;
+      const int batches = left < 4 ? static_cast<int>(left) : 4;
+      for (int j = 0; j < batches; ++j) {
+        const int64_t kk = kk0 + j;
+        const __m128i shift = _mm_cvtsi32_si128(4 * static_cast<int>(kk - tile));
+        for (int64_t blk = 0; blk < blocks; ++blk) {
+          const int64_t c = 16 * blk;
+          const float* p = src + 4 * kk * ld + c;
+          const __m512 x[4] = {_mm512_loadu_ps(p), _mm512_loadu_ps(p + ld),
+                               _mm512_loadu_ps(p + 2 * ld), _mm512_loadu_ps(p + 3 * ld)};
+          __m512 out[4];
+          mvue16(x, uw[blk][j], out, bad);
+          if (dense != nullptr) {
+            float* d = dense + 4 * kk * dense_ld + c;
+            for (int i = 0; i < 4; ++i) _mm512_storeu_ps(d + i * dense_ld, out[i]);
+            continue;
+          }
+          __m512 v0, v1, pairs_lo, pairs_hi;
+          __m512i code;
+          select24(out, v0, v1, code);
+          interleave_pairs(v0, v1, pairs_lo, pairs_hi);
+          pairs[blk][0][kk - tile] = _mm512_castps_si512(pairs_lo);
+          pairs[blk][1][kk - tile] = _mm512_castps_si512(pairs_hi);
+          nibbles[blk] = _mm512_or_si512(nibbles[blk], _mm512_sll_epi32(code, shift));
+        }
+      }
+    }
+    if (dense != nullptr) continue;
+    // Each column's 2 x tile_rows values: one 64-byte row segment (8 x 8 transposes of pairs),
+    // written around the cache when it is a whole line: 512 columns' lines per tile, each read
+    // for ownership from memory first with plain stores (1.2 GB/s; streaming: see prune.cpp).
+    const auto value_mask = static_cast<__mmask16>((1u << (2 * tile_rows)) - 1);
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      for (int h = 0; h < 2; ++h) {
+        __m512i t[8];
+        transpose8x8_epi64(pairs[blk][h], t);
+        float* v = values + (16 * blk + 8 * h) * value_ld + 2 * tile;
+        for (int c = 0; c < 8; ++c) {
+          float* line = v + c * value_ld;
+          if (tile_rows == 8 && (reinterpret_cast<uintptr_t>(line) & 63) == 0) {
+            _mm512_stream_ps(line, _mm512_castsi512_ps(t[c]));
+          } else {
+            _mm512_mask_storeu_ps(line, value_mask, _mm512_castsi512_ps(t[c]));
+          }
+        }
+      }
+      uint8_t* dst = indices + 16 * blk * index_ld + tile / 2;
+      if (tile_rows == 8) {  // 4 full index bytes per column
+        _mm512_i64scatter_epi32(dst, ioff_lo, _mm512_castsi512_si256(nibbles[blk]), 1);
+        _mm512_i64scatter_epi32(dst, ioff_hi, _mm512_extracti64x4_epi64(nibbles[blk], 1), 1);
+      } else {  // the last (tile_rows + 1) / 2 bytes of each index row
+        alignas(64) uint32_t words[16];
+        _mm512_store_si512(words, nibbles[blk]);
+        for (int l = 0; l < 16; ++l) {
+          for (int64_t b = 0; b < (tile_rows + 1) / 2; ++b) {
+            dst[l * index_ld + b] = static_cast<uint8_t>(words[l] >> (8 * b));
+          }
+        }
+      }
+    }
+  }
+  _mm_sfence();  // streaming stores ordered before the caller's synchronisation
+  return bad == 0;
+}
+
+}  // namespace nms::detail

@@ -1,0 +1,42 @@
+// PRIVATE header: the AVX-512 MVUE 2:4 kernels (mvue24_avx512.cpp, the only translation unit
+// compiled with AVX-512 flags; callers check isa_active() == Isa::kAvx512 first).
+//
+// They perform the float operations of detail::prune_group for 2:4 MVUE (group.cpp) in the same
+// order, 16 groups per vector, so results are bit-identical to it; the random word of group gid
+// is word gid % 4 of Philox4x32-10 block gid / 4 (CounterRng::word). Philox runs on 16 blocks at
+// once (64 groups per call). Neither kernel validates shapes: the driver (prune.cpp) does.
+//
+// Throughput, 8192 x 3072 fp32 gradient, one thread, measured against the SSE2 kernel in one
+// process (bench_grad): see prune.cpp's dispatch comment.
+#pragma once
+
+#include <cstdint>
+
+namespace nms::detail {
+
+struct Mvue24Key {
+  uint32_t seed_lo, seed_hi, stream_lo, stream_hi;
+};
+
+// Groups along rows: `groups` consecutive groups of 4 floats at src (groups % 16 == 0), with
+// group ids gid0, gid0 + 1, ... (gid0 % 4 == 0). Dense: writes 4 * groups floats to `dense`.
+// Compressed (dense == nullptr): writes 2 * groups values and groups / 2 index bytes (group i's
+// canonical code idx0 | idx1 << 2 in the low nibble of byte i / 2 for even i, the high nibble for
+// odd i). Returns false when an input is NaN / Inf or a group's magnitude sum overflows (outputs
+// unspecified then).
+bool mvue24_rows_avx512(const float* src, int64_t groups, uint64_t gid0, const Mvue24Key& key,
+                        float* dense, float* values, uint8_t* indices);
+
+// Groups along columns, for 16 * blocks columns starting at src (blocks <= kColsMaxBlocks): group kk is rows 4kk .. 4kk + 3
+// (row stride ld floats) of each column, kk in [0, group_rows); column l has id
+// kk * cols + col0 + l (cols % 4 == 0, col0 % 4 == 0). Dense: writes the same positions of
+// `dense` (row stride dense_ld). Compressed (dense == nullptr): column l's values go to
+// values + l * value_ld (2 per group, group kk at 2 kk) and its index nibbles to
+// indices + l * index_ld (group kk in byte kk / 2, low nibble for even kk). Returns false as above.
+constexpr int64_t kColsMaxBlocks = 32;  // blocks per mvue24_cols_avx512 call (512 columns)
+bool mvue24_cols_avx512(const float* src, int64_t ld, int64_t group_rows, int64_t blocks,
+                        int64_t cols, int64_t col0, const Mvue24Key& key, float* dense,
+                        int64_t dense_ld, float* values, int64_t value_ld, uint8_t* indices,
+                        int64_t index_ld);
+
+}  // namespace nms::detail
