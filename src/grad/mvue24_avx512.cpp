@@ -294,6 +294,10 @@ bool mvue24_cols_avx512(const float* src, int64_t ld, int64_t group_rows, int64_
         for (int64_t blk = 0; blk < blocks; ++blk) {
           const int64_t c = 16 * blk;
           const float* p = src + 4 * kk * ld + c;
+          if (kk + 1 < group_rows) {  // the next group row, one pass over the blocks ahead
+            for (int i = 4; i < 8; ++i)
+              _mm_prefetch(reinterpret_cast<const char*>(p + i * ld), _MM_HINT_T0);
+          }
           const __m512 x[4] = {_mm512_loadu_ps(p), _mm512_loadu_ps(p + ld),
                                _mm512_loadu_ps(p + 2 * ld), _mm512_loadu_ps(p + 3 * ld)};
           __m512 out[4];

@@ -311,7 +311,11 @@ bool run_row(const Job& j, int64_t r) {
   return _mm_movemask_epi8(bad) == 0;
 }
 
-constexpr int64_t kStrip = 16 * detail::kColsMaxBlocks;  // columns per kCols work item
+// Columns per kCols work item. The AVX-512 kernel reads each input row across the whole strip
+// (512 columns: 2 KB runs the prefetcher follows); the SSE2 loop scatters its compressed output
+// across one value row per column and is fastest with 64 (0.52 GB/s against 0.40 with 512).
+constexpr int64_t kStripAvx512 = 16 * detail::kColsMaxBlocks;
+constexpr int64_t kStripSse2 = 64;
 
 // Columns [c0, c1) (kCols): every group down those columns.
 bool run_strip(const Job& j, int64_t c0, int64_t c1) {
@@ -434,10 +438,11 @@ void run(const Job& j) {
       if (!run_row(j, r)) failed.store(true, std::memory_order_relaxed);
     });
   } else {
-    const int64_t strips = (j.g.cols() + kStrip - 1) / kStrip;
+    const int64_t strip = j.avx512 ? kStripAvx512 : kStripSse2;
+    const int64_t strips = (j.g.cols() + strip - 1) / strip;
     detail::parallel_for(strips, [&](int64_t s) {
-      const int64_t c0 = s * kStrip;
-      const int64_t c1 = std::min(j.g.cols(), c0 + kStrip);
+      const int64_t c0 = s * strip;
+      const int64_t c1 = std::min(j.g.cols(), c0 + strip);
       if (!run_strip(j, c0, c1)) failed.store(true, std::memory_order_relaxed);
     });
   }
