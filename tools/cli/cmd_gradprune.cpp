@@ -7,6 +7,7 @@
 #include "commands.h"
 #include "model_writer.h"
 #include "nmsparse/core/error.h"
+#include "nmsparse/core/isa.h"
 #include "nmsparse/grad/prune.h"
 #include "nmsparse/io/nm_tensors.h"
 #include "report.h"
@@ -170,6 +171,7 @@ int run_gradprune(const GradPruneCliOptions& o) {
                                          {"axis", o.axis},
                                          {"seed", o.seed},
                                          {"compressed", o.compressed},
+                                         {"isa", std::string(isa_name(isa_active()))},
                                          {"density", density},
                                          {"sparsity", 1.0 - density},
                                          {"pruned", eligible},

@@ -4,6 +4,7 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "nmsparse/core/error.h"
+#include "nmsparse/core/isa.h"
 #include "nmsparse/core/threading.h"
 #include "nmsparse/io/dtype.h"
 #include "nmsparse/io/nm_tensors.h"
@@ -49,6 +50,8 @@ nlohmann::json diversity_report(const NmPattern& p, bool quiet) {
 nlohmann::json system_info() {
   return {{"version", "0.1.0"},
           {"threads", max_threads()},
+          {"isa", std::string(isa_name(isa_active()))},
+          {"isa_supported", std::string(isa_name(isa_supported()))},
 #ifdef __VERSION__
           {"compiler", __VERSION__},
 #endif
