@@ -6,7 +6,7 @@
 set -euo pipefail
 
 packages=(cmake ninja-build g++ make pkg-config libgtest-dev libgmock-dev libbenchmark-dev
-          nlohmann-json3-dev libcli11-dev zlib1g-dev python3 liblemon-dev)
+          nlohmann-json3-dev libcli11-dev zlib1g-dev python3 liblemon-dev libopenblas-dev)
 if [[ "${1:-}" == "--fuzz" ]]; then
   packages+=(clang libclang-rt-14-dev libomp-dev)
 fi

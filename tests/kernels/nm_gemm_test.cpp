@@ -1,0 +1,203 @@
+// nm_gemm (Y = X · Aᵀ, A N:M along K) against a decompress + double-precision reference, every ISA
+// level bit for bit against the scalar path, edge sizes around every tile edge, strides, threads,
+// and errors.
+//
+// Tolerance: each output is a chain of k fused multiply-adds (k = kept terms of the row, padding
+// zeros included), each rounding once, so |y − y_exact| <= γ_k Σ |x_i a_i| with
+// γ_k = k u / (1 − k u), u = 2^-24 (Higham, Accuracy and Stability, §3.1); the double reference
+// adds a negligible 2^-53 relative error.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "nmsparse/core/isa.h"
+#include "nmsparse/core/rng.h"
+#include "nmsparse/core/threading.h"
+#include "nmsparse/format/compressed_nm.h"
+#include "nmsparse/kernels/nm_gemm.h"
+#include "testing/expect_error.h"
+#include "testing/random.h"
+
+namespace nms {
+namespace {
+
+// rows x cols, N:M along `axis`: each group keeps a random subset of at most n (every 5th group
+// keeps one fewer, so rows with fewer than n kept occur).
+Matrix random_nm(int64_t rows, int64_t cols, NmPattern p, NmAxis axis, uint64_t seed) {
+  Matrix d = testing::random_matrix(rows, cols, seed);
+  const CounterRng rng(seed, 99);
+  const bool along_rows = axis == NmAxis::kRows;
+  const int64_t outer = along_rows ? rows : cols;
+  const int64_t groups = (along_rows ? cols : rows) / p.m;
+  uint64_t draw = 0;
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t g = 0; g < groups; ++g) {
+      std::vector<int> order(static_cast<size_t>(p.m));
+      for (int i = 0; i < p.m; ++i) order[static_cast<size_t>(i)] = i;
+      for (int i = p.m - 1; i > 0; --i) {  // Fisher-Yates
+        const auto j = static_cast<int>(rng.word(draw++) % static_cast<uint32_t>(i + 1));
+        std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(j)]);
+      }
+      const int keep = (o + g) % 5 == 0 ? p.n - 1 : p.n;
+      for (int i = keep; i < p.m; ++i) {
+        const int64_t e = g * p.m + order[static_cast<size_t>(i)];
+        (along_rows ? d(o, e) : d(e, o)) = 0.0f;
+      }
+    }
+  }
+  return d;
+}
+
+struct Case {
+  int64_t tokens, depth, rows;
+  NmPattern pattern;
+  NmAxis axis;  // kRows: A = D (forward); kCols: A = Dᵀ (backward-data)
+};
+
+std::string describe(const Case& c) {
+  return c.pattern.to_string() + " " + std::string(axis_name(c.axis)) + " T" +
+         std::to_string(c.tokens) + " K" + std::to_string(c.depth) + " R" + std::to_string(c.rows);
+}
+
+// Runs one case at every ISA level; checks the tolerance and bitwise equality across levels.
+void check_case(const Case& c, uint64_t seed, int64_t pad = 0) {
+  SCOPED_TRACE(describe(c));
+  const bool fwd = c.axis == NmAxis::kRows;
+  const Matrix d = fwd ? random_nm(c.rows, c.depth, c.pattern, c.axis, seed)
+                       : random_nm(c.depth, c.rows, c.pattern, c.axis, seed);
+  const CompressedNm comp = nm_compress(d.view(), c.pattern, c.axis);
+  const NmGemmOperand a = nm_gemm_pack(comp);
+  ASSERT_EQ(a.rows, c.rows);
+  ASSERT_EQ(a.depth, c.depth);
+  Matrix xbuf = testing::random_matrix(c.tokens, c.depth + pad, seed + 1);
+  const ConstMatrixViewF x(xbuf.data(), c.tokens, c.depth, c.depth + pad);
+  const int64_t kept = c.depth / c.pattern.m * c.pattern.n;
+  const double u = std::ldexp(1.0, -24);
+  const double gamma = kept * u / (1.0 - kept * u);
+  Matrix first;
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    if (isa > isa_supported()) continue;
+    ScopedIsa level(isa);
+    Matrix ybuf(c.tokens, c.rows + pad);
+    for (int64_t k = 0; k < ybuf.size(); ++k) ybuf.data()[k] = -7.0f;  // sentinel
+    const MatrixViewF y(ybuf.data(), c.tokens, c.rows, c.rows + pad);
+    nm_gemm(x, a, y);
+    for (int64_t t = 0; t < c.tokens; ++t) {
+      for (int64_t r = 0; r < c.rows; ++r) {
+        double ref = 0.0;
+        double mag = 0.0;
+        for (int64_t k = 0; k < c.depth; ++k) {
+          const double av = fwd ? d(r, k) : d(k, r);
+          ref += double{x(t, k)} * av;
+          mag += std::fabs(double{x(t, k)} * av);
+        }
+        ASSERT_LE(std::fabs(y(t, r) - ref), gamma * mag + 1e-30)
+            << "isa " << isa_name(isa) << " at (" << t << ", " << r << ")";
+      }
+      for (int64_t r = c.rows; r < c.rows + pad; ++r) {
+        ASSERT_EQ(ybuf(t, r), -7.0f) << "wrote past the row at " << t << ", " << r;
+      }
+    }
+    Matrix dense_y(c.tokens, c.rows);
+    for (int64_t t = 0; t < c.tokens; ++t)
+      for (int64_t r = 0; r < c.rows; ++r) dense_y(t, r) = y(t, r);
+    if (first.size() == 0) {
+      first = std::move(dense_y);
+    } else {
+      ASSERT_EQ(std::memcmp(first.data(), dense_y.data(), sizeof(float) * first.size()), 0)
+          << "isa " << isa_name(isa) << " differs from scalar";
+    }
+  }
+}
+
+TEST(NmGemm, FastPatternsOnTileEdges) {
+  // Tiles: 8 tokens, 32 output rows, 16 along K (512 per depth block).
+  const NmPattern patterns[] = {{2, 4}, {1, 4}, {1, 2}, {4, 8}, {8, 16}, {3, 8}, {16, 16}};
+  uint64_t seed = 1;
+  for (NmPattern p : patterns) {
+    for (NmAxis axis : {NmAxis::kRows, NmAxis::kCols}) {
+      for (int64_t tokens : {1, 7, 8, 9, 19}) {
+        for (int64_t rows : {1, 31, 32, 33, 67}) {
+          check_case({tokens, 16, rows, p, axis}, seed++);
+        }
+      }
+      for (int64_t depth :
+           {int64_t{p.m}, int64_t{16}, int64_t{48}, int64_t{p.m * 3}, int64_t{528}}) {
+        if (depth % p.m != 0) continue;
+        check_case({9, depth, 33, p, axis}, seed++, /*pad=*/3);
+      }
+    }
+  }
+}
+
+TEST(NmGemm, DepthBlocksAndLongRows) {
+  // Several 512-wide depth blocks (partial sums through y) and a partial last chunk.
+  check_case({17, 1040, 40, {2, 4}, NmAxis::kRows}, 5);
+  check_case({10, 1552, 65, {8, 16}, NmAxis::kCols}, 6, 5);
+}
+
+TEST(NmGemm, GenericPatterns) {
+  // m does not divide 16: the generic path.
+  EXPECT_FALSE(nm_gemm_has_fast_path({2, 3}));
+  EXPECT_TRUE(nm_gemm_has_fast_path({2, 4}));
+  uint64_t seed = 100;
+  for (NmPattern p : {NmPattern{2, 3}, NmPattern{3, 7}, NmPattern{16, 32}, NmPattern{5, 12}}) {
+    for (NmAxis axis : {NmAxis::kRows, NmAxis::kCols}) {
+      check_case({5, p.m * 4, 9, p, axis}, seed++, 2);
+    }
+  }
+}
+
+TEST(NmGemm, SameBitsForOneAndTwoThreads) {
+  const Matrix d = random_nm(100, 272, {2, 4}, NmAxis::kRows, 3);
+  const NmGemmOperand a = nm_gemm_pack(nm_compress(d.view(), {2, 4}));
+  const Matrix x = testing::random_matrix(300, 272, 4);
+  Matrix y1(300, 100);
+  Matrix y2(300, 100);
+  {
+    ScopedNumThreads t(1);
+    nm_gemm(x.view(), a, y1.view());
+  }
+  {
+    ScopedNumThreads t(2);
+    nm_gemm(x.view(), a, y2.view());
+  }
+  EXPECT_EQ(std::memcmp(y1.data(), y2.data(), sizeof(float) * y1.size()), 0);
+}
+
+TEST(NmGemm, PackIntoReusesBuffers) {
+  const Matrix d = random_nm(64, 64, {2, 4}, NmAxis::kRows, 8);
+  NmGemmOperand a;
+  nm_gemm_pack_into(nm_compress(d.view(), {2, 4}), a);
+  const float* v = a.values.data();
+  nm_gemm_pack_into(nm_compress(d.view(), {2, 4}), a);
+  EXPECT_EQ(v, a.values.data());
+}
+
+TEST(NmGemm, Errors) {
+  const Matrix d = random_nm(32, 64, {2, 4}, NmAxis::kRows, 9);
+  const NmGemmOperand a = nm_gemm_pack(nm_compress(d.view(), {2, 4}));
+  Matrix x(8, 60);
+  Matrix y(8, 32);
+  testing::expect_error([&] { nm_gemm(x.view(), a, y.view()); }, "x has 60 columns");
+  Matrix x2(8, 64);
+  Matrix y2(7, 32);
+  testing::expect_error([&] { nm_gemm(x2.view(), a, y2.view()); }, "expected 8 x 32");
+  // The overlap test is on address ranges: views into the same rows of one buffer are refused
+  // even when their columns are disjoint.
+  Matrix big(8, 96);
+  const ConstMatrixViewF xin(big.data(), 8, 64, 96);
+  const MatrixViewF clash(big.data() + 64, 8, 32, 96);
+  testing::expect_error([&] { nm_gemm(xin, a, clash); }, "overlaps");
+  NmGemmOperand empty;
+  empty.rows = 32;
+  empty.depth = 64;
+  empty.pattern = {2, 4};
+  empty.blocked = true;
+  testing::expect_error([&] { nm_gemm(x2.view(), empty, y.view()); }, "not packed");
+}
+
+}  // namespace
+}  // namespace nms
