@@ -1,0 +1,283 @@
+// nm_wgrad (dW = dYᵀ X, dY N:M along tokens) against a decompress + double-precision reference;
+// every ISA level bit for bit against the scalar path; sizes around every tile edge (6 rows,
+// 16 / 64 columns, the K-block of 128 tokens rounded to m); strides; threads; MVUE input; errors.
+//
+// Tolerance: each dW element is a chain of k fused multiply-adds (k = T / m · n kept slots of its
+// row, padding zeros included), each rounding once, so |dW − dW_exact| <= γ_k Σ_t |dY_to X_ti|
+// with γ_k = k u / (1 − k u), u = 2^-24 (Higham, Accuracy and Stability, §3.1); the double
+// reference adds a negligible 2^-53 relative error on top.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "kernels/wgrad/wgrad_kernels.h"
+#include "nmsparse/core/isa.h"
+#include "nmsparse/core/rng.h"
+#include "nmsparse/core/threading.h"
+#include "nmsparse/format/compressed_nm.h"
+#include "nmsparse/grad/prune.h"
+#include "nmsparse/kernels/nm_wgrad.h"
+#include "testing/expect_error.h"
+#include "testing/random.h"
+
+namespace nms {
+namespace {
+
+// dY [tokens, out], N:M down every column: each group keeps a random subset of at most n (every
+// 5th group keeps one fewer, so groups padded with zeros occur); every 7th column is all zero.
+Matrix random_dy(int64_t tokens, int64_t out, NmPattern p, uint64_t seed) {
+  Matrix d = testing::random_matrix(tokens, out, seed);
+  const CounterRng rng(seed, 99);
+  uint64_t draw = 0;
+  std::vector<int> order(static_cast<size_t>(p.m));
+  for (int64_t o = 0; o < out; ++o) {
+    for (int64_t g = 0; g < tokens / p.m; ++g) {
+      for (int i = 0; i < p.m; ++i) order[static_cast<size_t>(i)] = i;
+      for (int i = p.m - 1; i > 0; --i) {  // Fisher-Yates
+        const auto j = static_cast<int>(rng.word(draw++) % static_cast<uint32_t>(i + 1));
+        std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(j)]);
+      }
+      const int keep = o % 7 == 3 ? 0 : (o + g) % 5 == 0 ? p.n - 1 : p.n;
+      for (int i = keep; i < p.m; ++i) d(g * p.m + order[static_cast<size_t>(i)], o) = 0.0f;
+    }
+  }
+  return d;
+}
+
+struct Case {
+  int64_t tokens, in, out;
+  NmPattern pattern;
+};
+
+std::string describe(const Case& c) {
+  return c.pattern.to_string() + " T" + std::to_string(c.tokens) + " in" + std::to_string(c.in) +
+         " out" + std::to_string(c.out);
+}
+
+// Runs one case at every ISA level (ld of x and dw = width + pad); checks the bound against the
+// double reference, that nothing past the row is written, and bitwise equality across levels.
+void check_case(const Case& c, uint64_t seed, int64_t pad = 0) {
+  SCOPED_TRACE(describe(c));
+  const Matrix d = random_dy(c.tokens, c.out, c.pattern, seed);
+  const CompressedNm dy = nm_compress(d.view(), c.pattern, NmAxis::kCols);
+  Matrix xbuf = testing::random_matrix(c.tokens, c.in + pad, seed + 1);
+  const ConstMatrixViewF x(xbuf.data(), c.tokens, c.in, c.in + pad);
+  const int64_t kept = c.tokens / c.pattern.m * c.pattern.n;
+  const double u = std::ldexp(1.0, -24);
+  const double gamma = kept * u / (1.0 - kept * u);
+
+  std::vector<double> ref(static_cast<size_t>(c.out * c.in));
+  std::vector<double> mag(ref.size());
+  for (int64_t t = 0; t < c.tokens; ++t) {
+    for (int64_t o = 0; o < c.out; ++o) {
+      const double dv = d(t, o);
+      if (dv == 0.0) continue;
+      for (int64_t i = 0; i < c.in; ++i) {
+        ref[static_cast<size_t>(o * c.in + i)] += dv * x(t, i);
+        mag[static_cast<size_t>(o * c.in + i)] += std::fabs(dv * x(t, i));
+      }
+    }
+  }
+
+  Matrix first;
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    if (isa > isa_supported()) continue;
+    ScopedIsa level(isa);
+    Matrix wbuf(c.out, c.in + pad);
+    for (int64_t k = 0; k < wbuf.size(); ++k) wbuf.data()[k] = -7.0f;  // sentinel
+    const MatrixViewF dw(wbuf.data(), c.out, c.in, c.in + pad);
+    nm_wgrad(dy, x, dw);
+    for (int64_t o = 0; o < c.out; ++o) {
+      for (int64_t i = 0; i < c.in; ++i) {
+        const size_t k = static_cast<size_t>(o * c.in + i);
+        ASSERT_LE(std::fabs(dw(o, i) - ref[k]), gamma * mag[k] + 1e-30)
+            << "isa " << isa_name(isa) << " at (" << o << ", " << i << ")";
+      }
+      for (int64_t i = c.in; i < c.in + pad; ++i) {
+        ASSERT_EQ(wbuf(o, i), -7.0f) << "wrote past the row at " << o << ", " << i;
+      }
+    }
+    Matrix dense(c.out, c.in);
+    for (int64_t o = 0; o < c.out; ++o)
+      for (int64_t i = 0; i < c.in; ++i) dense(o, i) = dw(o, i);
+    if (first.size() == 0) {
+      first = std::move(dense);
+    } else {
+      ASSERT_EQ(std::memcmp(first.data(), dense.data(), sizeof(float) * first.size()), 0)
+          << "isa " << isa_name(isa) << " differs from scalar";
+    }
+  }
+}
+
+TEST(NmWgrad, RowAndColumnTileEdges) {
+  // Micro-tile: 6 rows of dW x 64 columns (4 vectors of 16).
+  uint64_t seed = 1;
+  for (int64_t out : {1, 5, 6, 7, 15}) {
+    for (int64_t in : {1, 15, 16, 17, 33, 63, 64, 65, 131}) {
+      check_case({12, in, out, {2, 4}}, seed++);
+    }
+  }
+}
+
+TEST(NmWgrad, TokenBlockEdges) {
+  // K-block: 128 tokens when m divides 128, else the largest multiple of m below 128.
+  uint64_t seed = 100;
+  for (int64_t tokens : {4, 124, 128, 132, 256, 260, 388}) {
+    check_case({tokens, 70, 13, {2, 4}}, seed++, /*pad=*/3);
+  }
+  for (int64_t tokens : {126, 133, 252, 259}) check_case({tokens, 20, 7, {3, 7}}, seed++, 1);
+  for (int64_t tokens : {64, 128, 192, 320}) check_case({tokens, 17, 8, {5, 64}}, seed++);
+}
+
+TEST(NmWgrad, Patterns) {
+  EXPECT_TRUE(nm_wgrad_has_fast_path({2, 4}));
+  EXPECT_TRUE(nm_wgrad_has_fast_path({3, 7}));
+  EXPECT_FALSE(nm_wgrad_has_fast_path({5, 4}));
+  const NmPattern patterns[] = {{1, 1},   {1, 2}, {2, 4}, {1, 4},  {4, 8},   {8, 16},
+                                {16, 32}, {3, 7}, {2, 3}, {5, 12}, {32, 64}, {4, 4}};
+  uint64_t seed = 200;
+  for (NmPattern p : patterns) {
+    const int64_t tokens = p.m * (p.m >= 32 ? 5 : 300 / p.m);
+    check_case({tokens, 67, 8, p}, seed++, 2);
+  }
+}
+
+TEST(NmWgrad, EmptyShapes) {
+  // T = 0: dW is all zero. out = 0 or in = 0: nothing to do.
+  const CompressedNm dy0 = nm_compress(Matrix(0, 5).view(), {2, 4}, NmAxis::kCols);
+  Matrix x0(0, 9);
+  Matrix w(5, 9);
+  for (int64_t k = 0; k < w.size(); ++k) w.data()[k] = 3.0f;
+  nm_wgrad(dy0, x0.view(), w.view());
+  for (int64_t k = 0; k < w.size(); ++k) ASSERT_EQ(w.data()[k], 0.0f);
+  const CompressedNm dy1 = nm_compress(Matrix(8, 0).view(), {2, 4}, NmAxis::kCols);
+  Matrix x1(8, 9);
+  Matrix w1(0, 9);
+  nm_wgrad(dy1, x1.view(), w1.view());
+  const CompressedNm dy2 = nm_compress(random_dy(8, 3, {2, 4}, 1).view(), {2, 4}, NmAxis::kCols);
+  Matrix x2(8, 0);
+  Matrix w2(3, 0);
+  nm_wgrad(dy2, x2.view(), w2.view());
+}
+
+TEST(NmWgrad, SameBitsForOneAndTwoThreads) {
+  // 200 columns: 4 panels split over 2 threads; 16 columns: 1 panel, rows split instead.
+  for (int64_t in : {200, 16}) {
+    const Matrix d = random_dy(520, 50, {2, 4}, 3);
+    const CompressedNm dy = nm_compress(d.view(), {2, 4}, NmAxis::kCols);
+    const Matrix x = testing::random_matrix(520, in, 4);
+    Matrix w1(50, in);
+    Matrix w2(50, in);
+    {
+      ScopedNumThreads t(1);
+      nm_wgrad(dy, x.view(), w1.view());
+    }
+    {
+      ScopedNumThreads t(2);
+      nm_wgrad(dy, x.view(), w2.view());
+    }
+    EXPECT_EQ(std::memcmp(w1.data(), w2.data(), sizeof(float) * w1.size()), 0) << "in " << in;
+  }
+}
+
+TEST(NmWgrad, MvueGradientAndWorkspaceReuse) {
+  // The intended producer: MVUE 2:4 along tokens. A warmed workspace allocates nothing.
+  const Matrix g = testing::random_matrix(256, 30, 11);
+  const CompressedNm dy = grad_prune_compressed(
+      g.view(), {GradMethod::kMvue, {2, 4}, NmAxis::kCols, /*seed=*/5, /*stream=*/1});
+  const Matrix dense = nm_decompress(dy);
+  const Matrix x = testing::random_matrix(256, 90, 12);
+  NmWgradWorkspace ws;
+  Matrix w(30, 90);
+  nm_wgrad(dy, x.view(), w.view(), &ws);
+  const uint64_t* slots = ws.operand.slots.data();
+  const float* panels = ws.x_panels.data();
+  Matrix w2(30, 90);
+  nm_wgrad(dy, x.view(), w2.view(), &ws);
+  EXPECT_EQ(slots, ws.operand.slots.data());
+  EXPECT_EQ(panels, ws.x_panels.data());
+  EXPECT_EQ(std::memcmp(w.data(), w2.data(), sizeof(float) * w.size()), 0);
+  const double gamma = 128 * std::ldexp(1.0, -24) / (1.0 - 128 * std::ldexp(1.0, -24));
+  for (int64_t o = 0; o < 30; ++o) {
+    for (int64_t i = 0; i < 90; ++i) {
+      double ref = 0.0;
+      double mag = 0.0;
+      for (int64_t t = 0; t < 256; ++t) {
+        ref += double{dense(t, o)} * x(t, i);
+        mag += std::fabs(double{dense(t, o)} * x(t, i));
+      }
+      ASSERT_LE(std::fabs(w(o, i) - ref), gamma * mag + 1e-30) << o << ", " << i;
+    }
+  }
+  // A smaller problem through the same workspace.
+  const CompressedNm small = nm_compress(random_dy(8, 3, {2, 4}, 1).view(), {2, 4}, NmAxis::kCols);
+  const Matrix xs = testing::random_matrix(8, 5, 2);
+  Matrix ws_out(3, 5);
+  Matrix plain(3, 5);
+  nm_wgrad(small, xs.view(), ws_out.view(), &ws);
+  nm_wgrad(small, xs.view(), plain.view());
+  EXPECT_EQ(std::memcmp(ws_out.data(), plain.data(), sizeof(float) * plain.size()), 0);
+}
+
+TEST(NmWgrad, PackedOperandLayout) {
+  // Slot entries: tile-interleaved {value, byte offset of the token inside its K-block panel}.
+  Matrix d(8, 7);  // T = 8, out = 7: two row tiles, the second padded
+  d(1, 0) = 1.0f;
+  d(3, 0) = 2.0f;
+  d(4, 6) = 3.0f;
+  const NmWgradOperand a = nm_wgrad_pack(nm_compress(d.view(), {2, 4}, NmAxis::kCols));
+  ASSERT_EQ(a.k_block, 128);
+  ASSERT_EQ(a.slots.size(), 2 * 6 * 4);
+  const auto* e = reinterpret_cast<const detail::WgradSlot*>(a.slots.data());
+  EXPECT_EQ(e[0].value, 1.0f);
+  EXPECT_EQ(e[0].offset, 1 * 64 * 4);
+  EXPECT_EQ(e[6].value, 2.0f);
+  EXPECT_EQ(e[6].offset, 3 * 64 * 4);
+  // Row 6 = tile 1, row 0: group 1 keeps token 4 (slot 2) plus padding at token 5 (slot 3).
+  EXPECT_EQ(e[24 + 2 * 6].value, 3.0f);
+  EXPECT_EQ(e[24 + 2 * 6].offset, 4 * 64 * 4);
+  EXPECT_EQ(e[24 + 3 * 6].value, 0.0f);
+  EXPECT_EQ(e[24 + 3 * 6 + 1].value, 0.0f);  // padding row of the tile
+}
+
+TEST(NmWgrad, Errors) {
+  const Matrix d = random_dy(16, 10, {2, 4}, 9);
+  const CompressedNm dy = nm_compress(d.view(), {2, 4}, NmAxis::kCols);
+  Matrix x(16, 20);
+  Matrix w(10, 20);
+  const CompressedNm rows_axis = nm_compress(Matrix(10, 16).view(), {2, 4}, NmAxis::kRows);
+  testing::expect_error([&] { nm_wgrad(rows_axis, x.view(), w.view()); }, "got axis rows");
+  Matrix x_bad(12, 20);
+  testing::expect_error([&] { nm_wgrad(dy, x_bad.view(), w.view()); },
+                        "x has 12 rows (tokens), dY has 16");
+  Matrix w_bad(10, 21);
+  testing::expect_error([&] { nm_wgrad(dy, x.view(), w_bad.view()); },
+                        "dw is 10 x 21, expected [dY cols, x cols] = 10 x 20");
+  Matrix big(16, 40);
+  const ConstMatrixViewF xin(big.data(), 16, 20, 40);
+  const MatrixViewF clash(big.data() + 20, 10, 20, 40);
+  testing::expect_error([&] { nm_wgrad(dy, xin, clash); }, "overlaps");
+  testing::expect_error([&] { nm_wgrad(NmWgradOperand{}, x.view(), w.view()); }, "not packed");
+  CompressedNm short_values = dy;
+  short_values.values.resize(3);
+  testing::expect_error([&] { nm_wgrad(short_values, x.view(), w.view()); }, "has 3 values");
+  CompressedNm odd = nm_compress(Matrix(14, 4).view(), {2, 7}, NmAxis::kCols);
+  odd.rows = 15;
+  testing::expect_error([&] { nm_wgrad_pack(odd); }, "not a multiple of m (7)");
+}
+
+TEST(NmWgrad, IndexOutOfGroupIsRefused) {
+  // 2:3 stores 2-bit indices: the value 3 would point into the next group (past the K-block at
+  // the end). Release builds catch it while packing; debug builds in nm_validate first.
+  Matrix d(3, 1);
+  d(0, 0) = 1.0f;
+  CompressedNm dy = nm_compress(d.view(), {2, 3}, NmAxis::kCols);
+  dy.indices[0] = 0x0F;  // slots 0 and 1: indices 3, 3
+  testing::expect_error([&] { nm_wgrad_pack(dy); }, "index 3");
+}
+
+}  // namespace
+}  // namespace nms
