@@ -1,94 +1,170 @@
-// AVX-512 kernel of nm_gemm (see nm_gemm_avx512.h): output-vectorised, lanes = 16 output
-// features, two vectors per row block of 32; per chunk of 16 along K, RT token rows of X are loaded
-// once and every slot permutes them by its lane indices (vpermps) into a fused multiply-add.
+// AVX-512 kernel of nm_gemm (see nm_gemm.h for the scheme, nm_gemm_layout.h for the operand).
 #include "kernels/nm_gemm_avx512.h"
 
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/nm_gemm_layout.h"
 
 namespace nms::detail {
 namespace {
 
-constexpr int kTileTokens = 8;  // RT: 16 accumulators + 8 X vectors + 4 operands = 28 zmm
-constexpr int64_t kDepthBlock =
-    32;  // chunks per K block (512 along K): 2 row blocks' slabs in L1/L2
-
-// RT tokens x 32 outputs of row block b over chunks [c0, c1); accumulates into y (first: from 0).
-template <int RT>
-inline void tile(const NmGemmArgs& a, int64_t t0, int64_t b, int64_t c0, int64_t c1, bool first) {
-  const int64_t col0 = 32 * b;
-  const int64_t valid = a.rows - col0 < 32 ? a.rows - col0 : 32;
-  const auto m0 = static_cast<__mmask16>(valid >= 16 ? 0xFFFF : (1u << valid) - 1u);
-  const auto m1 = static_cast<__mmask16>(valid >= 32   ? 0xFFFF
-                                         : valid <= 16 ? 0
-                                                       : (1u << (valid - 16)) - 1u);
-  __m512 acc0[RT];
-  __m512 acc1[RT];
-  for (int t = 0; t < RT; ++t) {
-    float* yr = a.y + (t0 + t) * a.ldy + col0;
-    acc0[t] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m0, yr);
-    acc1[t] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m1, yr + 16);
+// In-register 16 x 16 transpose: r[i] lane j -> r[j] lane i (64 shuffles).
+inline void transpose16(__m512 r[16]) {
+  __m512 a[16];
+  for (int i = 0; i < 8; ++i) {
+    a[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    a[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
   }
-  const int64_t tail = a.depth % 16;
-  for (int64_t c = c0; c < c1; ++c) {
-    const auto km =
-        static_cast<__mmask16>(c == a.chunks - 1 && tail != 0 ? (1u << tail) - 1u : 0xFFFFu);
-    __m512 x[RT];
-    for (int t = 0; t < RT; ++t) x[t] = _mm512_maskz_loadu_ps(km, a.x + (t0 + t) * a.ldx + 16 * c);
-    const int64_t base = ((b * a.chunks + c) * a.slots) * 32;
-    const float* v = a.values + base;
-    const uint8_t* l = a.lanes + base;
-    for (int64_t s = 0; s < a.slots; ++s) {
-      const __m512 w0 = _mm512_load_ps(v + 32 * s);
-      const __m512 w1 = _mm512_load_ps(v + 32 * s + 16);
-      const __m512i i0 =
-          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(l + 32 * s)));
-      const __m512i i1 =
-          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(l + 32 * s + 16)));
-      for (int t = 0; t < RT; ++t) {
-        acc0[t] = _mm512_fmadd_ps(_mm512_permutexvar_ps(i0, x[t]), w0, acc0[t]);
-        acc1[t] = _mm512_fmadd_ps(_mm512_permutexvar_ps(i1, x[t]), w1, acc1[t]);
-      }
-    }
+  __m512 b[16];  // b[4j + q], 128-bit lane L: column 4L + q of rows 4j .. 4j + 3
+  for (int j = 0; j < 4; ++j) {
+    const __m512d a0 = _mm512_castps_pd(a[4 * j]);
+    const __m512d a1 = _mm512_castps_pd(a[4 * j + 1]);
+    const __m512d a2 = _mm512_castps_pd(a[4 * j + 2]);
+    const __m512d a3 = _mm512_castps_pd(a[4 * j + 3]);
+    b[4 * j] = _mm512_castpd_ps(_mm512_unpacklo_pd(a0, a2));
+    b[4 * j + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a0, a2));
+    b[4 * j + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(a1, a3));
+    b[4 * j + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(a1, a3));
   }
-  for (int t = 0; t < RT; ++t) {
-    float* yr = a.y + (t0 + t) * a.ldy + col0;
-    _mm512_mask_storeu_ps(yr, m0, acc0[t]);
-    _mm512_mask_storeu_ps(yr + 16, m1, acc1[t]);
+  for (int q = 0; q < 4; ++q) {
+    const __m512 c01 = _mm512_shuffle_f32x4(b[q], b[4 + q], 0x88);
+    const __m512 c01h = _mm512_shuffle_f32x4(b[q], b[4 + q], 0xDD);
+    const __m512 c23 = _mm512_shuffle_f32x4(b[8 + q], b[12 + q], 0x88);
+    const __m512 c23h = _mm512_shuffle_f32x4(b[8 + q], b[12 + q], 0xDD);
+    r[q] = _mm512_shuffle_f32x4(c01, c23, 0x88);
+    r[8 + q] = _mm512_shuffle_f32x4(c01, c23, 0xDD);
+    r[4 + q] = _mm512_shuffle_f32x4(c01h, c23h, 0x88);
+    r[12 + q] = _mm512_shuffle_f32x4(c01h, c23h, 0xDD);
   }
 }
 
-template <int RT>
-void tile_dispatch(const NmGemmArgs& a, int64_t t0, int rt, int64_t b, int64_t c0, int64_t c1,
-                   bool first) {
-  if constexpr (RT > 0) {
-    if (rt == RT) {
-      tile<RT>(a, t0, b, c0, c1, first);
-    } else {
-      tile_dispatch<RT - 1>(a, t0, rt, b, c0, c1, first);
+inline __mmask16 first_lanes(int64_t count) {
+  return static_cast<__mmask16>(count >= 16 ? 0xFFFFu : (1u << count) - 1u);
+}
+
+// panel[k][t] = x[t0 + t][k0 + k] for k < width_k, t < 64 (zero for t >= width_t).
+void pack_panel(const NmGemmArgs& a, int64_t t0, int64_t width_t, int64_t k0, int64_t width_k,
+                float* panel) {
+  for (int64_t kb = 0; kb < width_k; kb += 16) {
+    const __mmask16 km = first_lanes(width_k - kb);
+    for (int64_t tb = 0; tb < kNmGemmPanel; tb += 16) {
+      __m512 r[16];
+      for (int i = 0; i < 16; ++i) {
+        r[i] = tb + i < width_t ? _mm512_maskz_loadu_ps(km, a.x + (t0 + tb + i) * a.ldx + k0 + kb)
+                                : _mm512_setzero_ps();
+      }
+      transpose16(r);
+      const int64_t rows_k = width_k - kb < 16 ? width_k - kb : 16;
+      for (int64_t i = 0; i < rows_k; ++i) {
+        _mm512_store_ps(panel + (kb + i) * kNmGemmPanel + tb, r[i]);
+      }
+    }
+  }
+}
+
+// One micro-tile: 6 rows of A x 64 tokens over `slots` entries (12 floats each); yb[l][64].
+template <bool kFirst>
+inline void micro_tile(const float* entries, int64_t slots, const float* panel, float* yb) {
+  __m512 acc[kNmGemmTileRows][4];
+  for (int l = 0; l < kNmGemmTileRows; ++l) {
+    for (int c = 0; c < 4; ++c) {
+      acc[l][c] = kFirst ? _mm512_setzero_ps() : _mm512_load_ps(yb + l * kNmGemmPanel + 16 * c);
+    }
+  }
+  for (int64_t s = 0; s < slots; ++s) {
+    const float* e = entries + s * 2 * kNmGemmTileRows;
+    for (int l = 0; l < kNmGemmTileRows; ++l) {
+      const __m512 w = _mm512_set1_ps(e[2 * l]);
+      int32_t offset;
+      std::memcpy(&offset, e + 2 * l + 1, sizeof(offset));
+      const float* p = panel + offset;
+      for (int c = 0; c < 4; ++c) {
+        acc[l][c] = _mm512_fmadd_ps(w, _mm512_load_ps(p + 16 * c), acc[l][c]);
+      }
+    }
+  }
+  for (int l = 0; l < kNmGemmTileRows; ++l) {
+    for (int c = 0; c < 4; ++c) _mm512_store_ps(yb + l * kNmGemmPanel + 16 * c, acc[l][c]);
+  }
+}
+
+// yb[r][t] -> y[t0 + t][r] for t < width, r < rows: 16 x 16 blocks, written around the cache when
+// a block row is a whole aligned line (Y is T x R floats, larger than the caches for training
+// shapes; plain stores read every line first: 9 % of the GEMM at T 8192, 768 -> 3072).
+void store_transposed(const NmGemmArgs& a, int64_t t0, int64_t width, const float* yb) {
+  for (int64_t r0 = 0; r0 < a.rows; r0 += 16) {
+    const __mmask16 rm = first_lanes(a.rows - r0);
+    for (int64_t tb = 0; tb < width; tb += 16) {
+      __m512 blk[16];
+      for (int i = 0; i < 16; ++i) blk[i] = _mm512_load_ps(yb + (r0 + i) * kNmGemmPanel + tb);
+      transpose16(blk);
+      const int64_t tokens = width - tb < 16 ? width - tb : 16;
+      for (int64_t i = 0; i < tokens; ++i) {
+        float* dst = a.y + (t0 + tb + i) * a.ldy + r0;
+        if (rm == 0xFFFF && (reinterpret_cast<uintptr_t>(dst) & 63) == 0) {
+          _mm512_stream_ps(dst, blk[i]);  // whole line: no read for ownership
+        } else {
+          _mm512_mask_storeu_ps(dst, rm, blk[i]);
+        }
+      }
     }
   }
 }
 
 }  // namespace
 
-void nm_gemm_avx512_rows(const NmGemmArgs& a, int64_t t_begin, int64_t t_end) {
-  for (int64_t c0 = 0; c0 < a.chunks; c0 += kDepthBlock) {
-    const int64_t c1 = c0 + kDepthBlock < a.chunks ? c0 + kDepthBlock : a.chunks;
-    for (int64_t b = 0; b < a.blocks; ++b) {
-      for (int64_t t0 = t_begin; t0 < t_end; t0 += kTileTokens) {
-        const int rt = static_cast<int>(t_end - t0 < kTileTokens ? t_end - t0 : kTileTokens);
-        if (rt == kTileTokens) {
-          tile<kTileTokens>(a, t0, b, c0, c1, c0 == 0);
+int64_t nm_gemm_avx512_scratch_floats(const NmGemmArgs& a) {
+  const NmGemmLayout lay(a.rows, a.depth, a.n, a.m);
+  const int64_t out_rows = (lay.tiles * kNmGemmTileRows + 15) / 16 * 16;
+  return kNmGemmPanelsPerItem * (kNmGemmMaxDepthBlock + out_rows) * kNmGemmPanel;
+}
+
+void nm_gemm_avx512_item(const NmGemmArgs& a, int64_t t0, int64_t width, float* scratch) {
+  const NmGemmLayout lay(a.rows, a.depth, a.n, a.m);
+  const int64_t out_rows = (lay.tiles * kNmGemmTileRows + 15) / 16 * 16;
+  const int64_t panels = (width + kNmGemmPanel - 1) / kNmGemmPanel;
+  float* panel[kNmGemmPanelsPerItem];
+  float* ybuf[kNmGemmPanelsPerItem];
+  for (int64_t p = 0; p < kNmGemmPanelsPerItem; ++p) {
+    panel[p] = scratch + p * kNmGemmMaxDepthBlock * kNmGemmPanel;
+    ybuf[p] = scratch + kNmGemmPanelsPerItem * kNmGemmMaxDepthBlock * kNmGemmPanel +
+              p * out_rows * kNmGemmPanel;
+    for (int64_t r = lay.tiles * kNmGemmTileRows; r < out_rows; ++r) {  // read by the transposes
+      for (int c = 0; c < 4; ++c) {
+        _mm512_store_ps(ybuf[p] + r * kNmGemmPanel + 16 * c, _mm512_setzero_ps());
+      }
+    }
+  }
+  for (int64_t b = 0; b < lay.depth_blocks; ++b) {
+    for (int64_t p = 0; p < panels; ++p) {
+      const int64_t w =
+          width - p * kNmGemmPanel < kNmGemmPanel ? width - p * kNmGemmPanel : kNmGemmPanel;
+      pack_panel(a, t0 + p * kNmGemmPanel, w, b * lay.depth_block, lay.block_width(b), panel[p]);
+    }
+    const int64_t first = lay.block_first_slot(b);
+    const int64_t slots = lay.block_last_slot(b) - first;
+    for (int64_t tile = 0; tile < lay.tiles;
+         ++tile) {  // the tile's entries stay in L1 across panels
+      const float* entries = a.packed + lay.entry(tile, first, 0);
+      for (int64_t p = 0; p < panels; ++p) {
+        float* out = ybuf[p] + tile * kNmGemmTileRows * kNmGemmPanel;
+        if (b == 0) {
+          micro_tile<true>(entries, slots, panel[p], out);
         } else {
-          tile_dispatch<kTileTokens - 1>(a, t0, rt, b, c0, c1, c0 == 0);
+          micro_tile<false>(entries, slots, panel[p], out);
         }
       }
     }
   }
+  for (int64_t p = 0; p < panels; ++p) {
+    const int64_t w =
+        width - p * kNmGemmPanel < kNmGemmPanel ? width - p * kNmGemmPanel : kNmGemmPanel;
+    store_transposed(a, t0 + p * kNmGemmPanel, w, ybuf[p]);
+  }
+  _mm_sfence();  // streaming stores ordered before the caller's synchronisation
 }
 
 }  // namespace nms::detail

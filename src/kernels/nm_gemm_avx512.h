@@ -9,17 +9,22 @@ namespace nms::detail {
 struct NmGemmArgs {
   const float* x;  // [tokens, depth], row stride ldx
   int64_t ldx;
-  int64_t depth;  // K
-  const float* values;
-  const uint8_t* lanes;  // blocked layout (nm_gemm_layout.h)
-  int64_t blocks, chunks, slots;
-  int64_t rows;  // R
-  float* y;      // [tokens, rows], row stride ldy
+  const float* packed;  // nm_gemm_layout.h
+  int64_t rows, depth;
+  int n, m;
+  float* y;  // [tokens, rows], row stride ldy
   int64_t ldy;
 };
 
-// Rows [t_begin, t_end) of Y = X · Aᵀ. Each output element is the fused multiply-add chain over
-// (chunk, slot) in order, starting from 0: bitwise the scalar path's result.
-void nm_gemm_avx512_rows(const NmGemmArgs& a, int64_t t_begin, int64_t t_end);
+// Tokens per call: this many 64-token panels share each tile's entries while they are in L1.
+inline constexpr int64_t kNmGemmPanelsPerItem = 1;
+
+// Floats of scratch one call needs: the Xᵀ panels and the output panels.
+int64_t nm_gemm_avx512_scratch_floats(const NmGemmArgs& a);
+
+// Rows [t0, t0 + width) of Y (width <= 64 · kNmGemmPanelsPerItem): every output element is the
+// fused multiply-add chain over its kept slots in order from 0, bitwise the scalar path's result.
+// `scratch` is 64-byte aligned, nm_gemm_avx512_scratch_floats(a) floats.
+void nm_gemm_avx512_item(const NmGemmArgs& a, int64_t t0, int64_t width, float* scratch);
 
 }  // namespace nms::detail

@@ -1,36 +1,70 @@
-// PRIVATE header: the blocked layout of NmGemmOperand (nm_gemm.h), shared by the packer and the
-// kernels (plain data and constexpr arithmetic only: the AVX-512 unit includes it).
+// PRIVATE header: the packed layout of NmGemmOperand (nm_gemm.h), shared by the packer, the
+// scalar path and the AVX-512 kernel (plain data and arithmetic only: the AVX-512 unit includes
+// it).
 //
-// A [R, K] N:M along K with m | 16. Rows in blocks of kNmGemmBlockRows (32, the kernel's two
-// 16-lane output vectors; the last block padded with zero rows); K in chunks of 16 (the last one
-// partial when 16 does not divide K). Per (block, chunk), slots_per_chunk = 16·n/m slots; per slot
-// 32 values (one per row of the block) and 32 lanes (the position of that value's column inside
-// the chunk, 0..15). Offset of (block b, chunk c, slot s, row l): ((b·chunks + c)·slots + s)·32 +
-// l. A partial last chunk has fewer real slots; the rest hold value 0 at lane 0.
+// A [R, K] N:M along K. Rows in tiles of kNmGemmTileRows (6; the last tile padded with zero rows).
+// Within a tile, the kept slots of its rows in order (slot g of every row: group g / n), each slot
+// an interleaved entry per row: {value, offset}, offset = the slot's column relative to its depth
+// block (kc columns, the largest multiple of m <= 128) times kNmGemmPanel, i.e. the float offset of
+// that column's row in a packed [kc][64] panel of Xᵀ. Entry (tile, g, row l) is at
+// ((tile · slots_per_row + g) · 6 + l) · 2 floats. Every row of A has the same slots_per_row =
+// K / m · n, and depth block b holds slots [b · kc / m · n, ...): the kernel's trip counts are
+// fixed.
 #pragma once
 
 #include <cstdint>
 
 namespace nms {
 
-inline constexpr int64_t kNmGemmChunk = 16;
+inline constexpr int64_t kNmGemmTileRows = 6;  // rows of A per micro-tile (6 x 4 accumulators)
+inline constexpr int64_t kNmGemmPanel = 64;    // tokens per panel: 4 zmm of 16 lanes
+inline constexpr int64_t kNmGemmMaxDepthBlock = 128;  // 128 x 64 floats = 32 KB panel, in L1
 
 namespace detail {
 
 struct NmGemmLayout {
-  int64_t blocks = 0;
-  int64_t chunks = 0;
-  int64_t slots_per_chunk = 0;
+  int64_t rows = 0;
+  int64_t depth = 0;
+  int n = 0;
+  int m = 0;
+  int64_t depth_block = 0;   // kc
+  int64_t tiles = 0;         // ceil(rows / 6)
+  int64_t depth_blocks = 0;  // ceil(depth / kc)
+  int64_t slots_per_row = 0;
+  int64_t slots_per_block = 0;  // kc / m · n (the last block may hold fewer)
 
-  NmGemmLayout(int64_t rows, int64_t depth, int n, int m)
-      : blocks((rows + 31) / 32),
-        chunks((depth + kNmGemmChunk - 1) / kNmGemmChunk),
-        slots_per_chunk(kNmGemmChunk / m * n) {}
+  NmGemmLayout(int64_t r, int64_t k, int nn, int mm)
+      : rows(r),
+        depth(k),
+        n(nn),
+        m(mm),
+        depth_block(kNmGemmMaxDepthBlock / mm * mm),
+        tiles((r + kNmGemmTileRows - 1) / kNmGemmTileRows),
+        depth_blocks((k + depth_block - 1) / depth_block),
+        slots_per_row(k / mm * nn),
+        slots_per_block(depth_block / mm * nn) {}
 
-  int64_t block_stride() const { return chunks * slots_per_chunk * 32; }
-  int64_t total() const { return blocks * block_stride(); }
-  int64_t offset(int64_t block, int64_t chunk, int64_t slot) const {
-    return ((block * chunks + chunk) * slots_per_chunk + slot) * 32;
+  // Floats of the packed operand: 2 per entry.
+  int64_t total_floats() const { return tiles * slots_per_row * kNmGemmTileRows * 2; }
+  // Float index of entry (tile, slot, row l).
+  int64_t entry(int64_t tile, int64_t slot, int64_t l) const {
+    const int64_t b = slot / slots_per_block;
+    const int64_t in_block = block_last_slot(b) - block_first_slot(b);
+    return ((b * slots_per_block * tiles + tile * in_block + slot - b * slots_per_block) *
+                kNmGemmTileRows +
+            l) *
+           2;
+  }
+  // Slots [first, last) of depth block b.
+  int64_t block_first_slot(int64_t b) const { return b * slots_per_block; }
+  int64_t block_last_slot(int64_t b) const {
+    const int64_t last = (b + 1) * slots_per_block;
+    return last < slots_per_row ? last : slots_per_row;
+  }
+  // Columns of depth block b.
+  int64_t block_width(int64_t b) const {
+    const int64_t left = depth - b * depth_block;
+    return left < depth_block ? left : depth_block;
   }
 };
 

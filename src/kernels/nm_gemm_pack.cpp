@@ -1,5 +1,4 @@
-// nm_gemm_pack: compressed N:M matrix -> the blocked operand of nm_gemm (see nm_gemm_layout.h).
-#include <algorithm>
+// nm_gemm_pack: compressed N:M matrix -> the packed operand of nm_gemm (nm_gemm_layout.h).
 #include <cstring>
 
 #include "core/parallel.h"
@@ -10,7 +9,7 @@
 namespace nms {
 namespace {
 
-// In-group index of slot `slot` from an index row (bits per index `bits` <= 8, LSB first).
+// In-group index of slot `slot` of an index row (bits per index <= 6, LSB first).
 inline int read_index(const uint8_t* row, int64_t row_bytes, int64_t slot, int bits) {
   const int64_t bit = slot * bits;
   const int64_t byte = bit >> 3;
@@ -20,11 +19,6 @@ inline int read_index(const uint8_t* row, int64_t row_bytes, int64_t slot, int b
 }
 
 }  // namespace
-
-bool nm_gemm_has_fast_path(NmPattern pattern) {
-  pattern.validate();
-  return kNmGemmChunk % pattern.m == 0;
-}
 
 void nm_gemm_pack_into(const CompressedNm& c, NmGemmOperand& dst) {
   c.pattern.validate();
@@ -39,53 +33,28 @@ void nm_gemm_pack_into(const CompressedNm& c, NmGemmOperand& dst) {
   dst.rows = r_count;
   dst.depth = k;
   dst.pattern = c.pattern;
-  dst.blocked = nm_gemm_has_fast_path(c.pattern);
-  if (!dst.blocked) {  // generic path: the compressed form itself
-    dst.generic.rows = c.rows;
-    dst.generic.cols = c.cols;
-    dst.generic.pattern = c.pattern;
-    dst.generic.axis = c.axis;
-    dst.generic.values.resize_for_overwrite(c.values.size());
-    dst.generic.indices.resize_for_overwrite(c.indices.size());
-    if (c.values.size() > 0) {
-      std::memcpy(dst.generic.values.data(), c.values.data(),
-                  sizeof(float) * static_cast<size_t>(c.values.size()));
-    }
-    if (c.indices.size() > 0) {
-      std::memcpy(dst.generic.indices.data(), c.indices.data(),
-                  static_cast<size_t>(c.indices.size()));
-    }
-    return;
-  }
   const detail::NmGemmLayout lay(r_count, k, c.pattern.n, c.pattern.m);
-  if (dst.values.size() != lay.total()) dst.values.resize_for_overwrite(lay.total());
-  if (dst.lanes.size() != lay.total()) dst.lanes.resize_for_overwrite(lay.total());
+  if (dst.packed.size() != lay.total_floats()) dst.packed.resize_for_overwrite(lay.total_floats());
   const int n = c.pattern.n;
   const int m = c.pattern.m;
   const int bits = c.pattern.index_bits();
-  const int64_t value_cols = c.value_cols();
   const int64_t row_bytes = c.index_row_bytes();
-  const int64_t groups_per_chunk = kNmGemmChunk / m;
-  detail::parallel_for(lay.blocks, [&](int64_t b) {
-    float* vals = dst.values.data() + b * lay.block_stride();
-    uint8_t* lanes = dst.lanes.data() + b * lay.block_stride();
-    // Padding (rows past R, slots past the end of a partial last chunk): value 0, lane 0.
-    std::fill(vals, vals + lay.block_stride(), 0.0f);
-    std::memset(lanes, 0, static_cast<size_t>(lay.block_stride()));
-    const int64_t r_end = std::min(r_count, (b + 1) * kNmGemmBlockRows);
-    for (int64_t r = b * kNmGemmBlockRows; r < r_end; ++r) {
-      const int64_t lane_row = r - b * kNmGemmBlockRows;
-      const float* src = c.values.data() + r * value_cols;
-      const uint8_t* idx = c.indices.data() + r * row_bytes;
-      for (int64_t slot = 0; slot < value_cols; ++slot) {
-        const int64_t group = slot / n;
-        const int64_t chunk = group / groups_per_chunk;
-        const int64_t chunk_slot = slot - chunk * lay.slots_per_chunk;
-        const int in_group = bits == 0 ? 0 : read_index(idx, row_bytes, slot, bits);
-        const int64_t lane = (group - chunk * groups_per_chunk) * m + in_group;
-        const int64_t at = lay.offset(0, chunk, chunk_slot) + lane_row;
-        vals[at] = src[slot];
-        lanes[at] = static_cast<uint8_t>(lane);
+  detail::parallel_for(lay.tiles, [&](int64_t tile) {
+    for (int64_t l = 0; l < kNmGemmTileRows; ++l) {
+      const int64_t r = tile * kNmGemmTileRows + l;
+      const float* src = r < r_count ? c.values.data() + r * lay.slots_per_row : nullptr;
+      const uint8_t* idx = r < r_count ? c.indices.data() + r * row_bytes : nullptr;
+      for (int64_t g = 0; g < lay.slots_per_row; ++g) {
+        float* e = dst.packed.data() + lay.entry(tile, g, l);
+        int32_t offset = 0;
+        float value = 0.0f;  // padding rows: value 0 at the block's first column
+        if (src != nullptr) {
+          const int64_t col = g / n * m + (bits == 0 ? 0 : read_index(idx, row_bytes, g, bits));
+          offset = static_cast<int32_t>((col % lay.depth_block) * kNmGemmPanel);
+          value = src[g];
+        }
+        e[0] = value;
+        std::memcpy(e + 1, &offset, sizeof(offset));
       }
     }
   });

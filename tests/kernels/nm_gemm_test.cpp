@@ -112,42 +112,31 @@ void check_case(const Case& c, uint64_t seed, int64_t pad = 0) {
   }
 }
 
-TEST(NmGemm, FastPatternsOnTileEdges) {
-  // Tiles: 8 tokens, 32 output rows, 16 along K (512 per depth block).
-  const NmPattern patterns[] = {{2, 4}, {1, 4}, {1, 2}, {4, 8}, {8, 16}, {3, 8}, {16, 16}};
+TEST(NmGemm, PatternsOnTileEdges) {
+  // Tiles: 6 rows of A, 64 tokens per panel, 16 x 16 transposes, depth blocks of the largest
+  // multiple of m <= 128.
+  const NmPattern patterns[] = {{2, 4}, {1, 4},   {1, 2}, {4, 8},   {8, 16},
+                                {3, 8}, {16, 16}, {2, 3}, {16, 32}, {5, 12}};
   uint64_t seed = 1;
   for (NmPattern p : patterns) {
     for (NmAxis axis : {NmAxis::kRows, NmAxis::kCols}) {
-      for (int64_t tokens : {1, 7, 8, 9, 19}) {
-        for (int64_t rows : {1, 31, 32, 33, 67}) {
-          check_case({tokens, 16, rows, p, axis}, seed++);
+      const int64_t depth = p.m * (48 / p.m + 1);
+      for (int64_t tokens : {1, 15, 16, 17, 63, 64, 65, 131}) {
+        for (int64_t rows : {1, 5, 6, 7, 16, 17, 33}) {
+          check_case({tokens, depth, rows, p, axis}, seed++);
         }
       }
-      for (int64_t depth :
-           {int64_t{p.m}, int64_t{16}, int64_t{48}, int64_t{p.m * 3}, int64_t{528}}) {
-        if (depth % p.m != 0) continue;
-        check_case({9, depth, 33, p, axis}, seed++, /*pad=*/3);
+      const int64_t kc = 128 / p.m * p.m;  // around one, two and three depth blocks
+      for (int64_t k : {kc - p.m, kc, kc + p.m, 2 * kc, 3 * kc + p.m}) {
+        check_case({19, k, 13, p, axis}, seed++, /*pad=*/3);
       }
     }
   }
 }
 
-TEST(NmGemm, DepthBlocksAndLongRows) {
-  // Several 512-wide depth blocks (partial sums through y) and a partial last chunk.
-  check_case({17, 1040, 40, {2, 4}, NmAxis::kRows}, 5);
+TEST(NmGemm, LongRows) {
+  check_case({70, 1040, 40, {2, 4}, NmAxis::kRows}, 5);
   check_case({10, 1552, 65, {8, 16}, NmAxis::kCols}, 6, 5);
-}
-
-TEST(NmGemm, GenericPatterns) {
-  // m does not divide 16: the generic path.
-  EXPECT_FALSE(nm_gemm_has_fast_path({2, 3}));
-  EXPECT_TRUE(nm_gemm_has_fast_path({2, 4}));
-  uint64_t seed = 100;
-  for (NmPattern p : {NmPattern{2, 3}, NmPattern{3, 7}, NmPattern{16, 32}, NmPattern{5, 12}}) {
-    for (NmAxis axis : {NmAxis::kRows, NmAxis::kCols}) {
-      check_case({5, p.m * 4, 9, p, axis}, seed++, 2);
-    }
-  }
 }
 
 TEST(NmGemm, SameBitsForOneAndTwoThreads) {
@@ -171,9 +160,9 @@ TEST(NmGemm, PackIntoReusesBuffers) {
   const Matrix d = random_nm(64, 64, {2, 4}, NmAxis::kRows, 8);
   NmGemmOperand a;
   nm_gemm_pack_into(nm_compress(d.view(), {2, 4}), a);
-  const float* v = a.values.data();
+  const float* v = a.packed.data();
   nm_gemm_pack_into(nm_compress(d.view(), {2, 4}), a);
-  EXPECT_EQ(v, a.values.data());
+  EXPECT_EQ(v, a.packed.data());
 }
 
 TEST(NmGemm, Errors) {
@@ -195,7 +184,6 @@ TEST(NmGemm, Errors) {
   empty.rows = 32;
   empty.depth = 64;
   empty.pattern = {2, 4};
-  empty.blocked = true;
   testing::expect_error([&] { nm_gemm(x2.view(), empty, y.view()); }, "not packed");
 }
 

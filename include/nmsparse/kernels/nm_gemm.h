@@ -8,15 +8,23 @@
 //                                                       e.g. grad_prune_compressed's MVUE output)
 //
 // The first two are one operation, Y = X · Aᵀ with A [R, K] N:M along K: A = W for the forward
-// GEMM, A = Wᵀ for backward-data. nm_gemm_pack turns the compressed matrix into the blocked
-// operand the kernel streams (per block of output features and 16-wide chunk of K: the kept
-// values and their lane indices); it is the per-step cost of a changing mask and is O(R · K · N/M).
+// GEMM, A = Wᵀ for backward-data. nm_gemm computes it token-vectorised, as Yᵀ = A · Xᵀ: per panel
+// of 64 tokens and depth block of up to 128 columns, Xᵀ is packed into a [kc][64] panel (32 KB,
+// in L1); each micro-tile of 6 rows of A x 64 tokens keeps 24 zmm accumulators and, per kept slot
+// and row, broadcasts the value and multiply-adds it with the 4 vectors of the panel row its
+// column selects (1 broadcast + 4 loads per 4 FMAs; no shuffles in the inner loop). The output
+// panel is transposed into Y with 16 x 16 in-register transposes.
 //
-// Results: every output element is a sum over its kept products in a fixed order that does not
-// depend on the thread count (bitwise identical for any thread count); the kernels at different
-// ISA levels (isa.h) may sum in different orders, within the fp32 rounding bound stated by the
-// tests. Validation happens here, at the API boundary (shapes, strides, patterns, aliasing); the
-// micro-kernels do none. Errors throw nms::Error naming the offending value.
+// Why not the output-vectorised kernel of research/kernels.md (permute X by the stored lane
+// indices): on this Sapphire-Rapids-class CPU a zmm permute and a zmm FMA share port 5, and that
+// kernel ran at 0.87x of OpenBLAS at 2:4 (T 8192, 768 -> 3072, one thread), where it measured
+// 1.52x on Zen 4.
+//
+// Results: every output element is the chain of fused multiply-adds over its kept products in
+// increasing column order, starting from 0, at every ISA level (isa.h) and any thread count, so
+// results are bitwise identical across levels and thread counts. Validation happens here, at the
+// API boundary (shapes, strides, patterns, aliasing); the micro-kernels do none. Errors throw
+// nms::Error naming the offending value.
 #pragma once
 
 #include <cstdint>
@@ -28,30 +36,20 @@
 
 namespace nms {
 
-// A [R, K] N:M along K, blocked for nm_gemm. Opaque apart from its shape.
+// A [R, K] N:M along K, packed for nm_gemm. Opaque apart from its shape.
 struct NmGemmOperand {
   int64_t rows = 0;   // R: output features of the GEMM
   int64_t depth = 0;  // K: reduction length
   NmPattern pattern;
-  // Layout (src/kernels/nm_gemm_layout.h): blocks of kNmGemmBlockRows rows (the last padded
-  // with zero rows); per block, per chunk of 16 along K, per slot s < 16·n/m: kNmGemmBlockRows
-  // values and as many lane indices (position of the value inside its chunk, 0..15).
-  // Patterns whose m does not divide 16 keep the compressed form (generic path).
-  AlignedBuffer<float> values;
-  AlignedBuffer<uint8_t> lanes;
-  CompressedNm generic;  // used when !blocked
-  bool blocked = false;
+  // Per tile of 6 rows, per kept slot, per row: {value, panel offset}
+  // (src/kernels/nm_gemm_layout.h).
+  AlignedBuffer<float> packed;
 };
 
-inline constexpr int64_t kNmGemmBlockRows = 32;
-
-// True when nm_gemm has a blocked SIMD path for the pattern (m divides 16: 1:2, 2:4, 1:4, 4:8,
-// 8:16, ...); every other valid pattern runs the generic scalar path.
-bool nm_gemm_has_fast_path(NmPattern pattern);
-
 // A = W for a kRows compression of W, A = Wᵀ for a kCols compression (any valid pattern).
+// O(R · K · n/m); the per-step cost of a changing mask.
 NmGemmOperand nm_gemm_pack(const CompressedNm& compressed);
-// The same into `dst`, reusing its buffers when their sizes fit (no allocation per step).
+// The same into `dst`, reusing its buffer when the size fits (no allocation per step).
 void nm_gemm_pack_into(const CompressedNm& compressed, NmGemmOperand& dst);
 
 // Y = X · Aᵀ: x [T, K] (any ld >= K), y [T, R] (any ld >= R; overwritten). The address ranges
