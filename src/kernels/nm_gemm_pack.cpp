@@ -1,5 +1,6 @@
 // nm_gemm_pack: compressed N:M matrix -> the packed operand of nm_gemm (nm_gemm_layout.h).
 #include <cstring>
+#include <optional>
 
 #include "core/parallel.h"
 #include "kernels/nm_gemm_layout.h"
@@ -9,14 +10,33 @@
 namespace nms {
 namespace {
 
-// In-group index of slot `slot` of an index row (bits per index <= 6, LSB first).
-inline int read_index(const uint8_t* row, int64_t row_bytes, int64_t slot, int bits) {
-  const int64_t bit = slot * bits;
-  const int64_t byte = bit >> 3;
-  unsigned word = row[byte];
-  if (byte + 1 < row_bytes) word |= static_cast<unsigned>(row[byte + 1]) << 8;
-  return static_cast<int>((word >> (bit & 7)) & ((1u << bits) - 1u));
-}
+// Reads consecutive `bits`-wide fields (LSB first) of an index row.
+class IndexReader {
+ public:
+  IndexReader(const uint8_t* row, int64_t bytes, int bits)
+      : row_(row), bytes_(bytes), bits_(bits), mask_((uint64_t{1} << bits) - 1) {}
+  int next() {
+    if (have_ < bits_) {  // refill whole bytes while they fit in the 64-bit buffer
+      while (have_ <= 56 && pos_ < bytes_) {
+        buffer_ |= uint64_t{row_[pos_++]} << have_;
+        have_ += 8;
+      }
+    }
+    const auto v = static_cast<int>(buffer_ & mask_);
+    buffer_ >>= bits_;
+    have_ -= bits_;
+    return v;
+  }
+
+ private:
+  const uint8_t* row_;
+  int64_t bytes_;
+  int bits_;
+  uint64_t mask_;
+  uint64_t buffer_ = 0;
+  int have_ = 0;
+  int64_t pos_ = 0;
+};
 
 }  // namespace
 
@@ -39,22 +59,36 @@ void nm_gemm_pack_into(const CompressedNm& c, NmGemmOperand& dst) {
   const int m = c.pattern.m;
   const int bits = c.pattern.index_bits();
   const int64_t row_bytes = c.index_row_bytes();
+  // The 6 rows of a tile are read side by side so the entries are written in order; per row the
+  // column advances by m per group and wraps into the next depth block every kc / m groups (no
+  // divisions per slot). Padding rows read as value 0, in-group index 0.
   detail::parallel_for(lay.tiles, [&](int64_t tile) {
+    const float* src[kNmGemmTileRows];
+    std::optional<IndexReader> idx[kNmGemmTileRows];
     for (int64_t l = 0; l < kNmGemmTileRows; ++l) {
       const int64_t r = tile * kNmGemmTileRows + l;
-      const float* src = r < r_count ? c.values.data() + r * lay.slots_per_row : nullptr;
-      const uint8_t* idx = r < r_count ? c.indices.data() + r * row_bytes : nullptr;
-      for (int64_t g = 0; g < lay.slots_per_row; ++g) {
-        float* e = dst.packed.data() + lay.entry(tile, g, l);
-        int32_t offset = 0;
-        float value = 0.0f;  // padding rows: value 0 at the block's first column
-        if (src != nullptr) {
-          const int64_t col = g / n * m + (bits == 0 ? 0 : read_index(idx, row_bytes, g, bits));
-          offset = static_cast<int32_t>((col % lay.depth_block) * kNmGemmPanel);
-          value = src[g];
+      src[l] = r < r_count ? c.values.data() + r * lay.slots_per_row : nullptr;
+      if (r < r_count && bits > 0)
+        idx[l].emplace(c.indices.data() + r * row_bytes, row_bytes, bits);
+    }
+    int64_t g = 0;
+    for (int64_t b = 0; b < lay.depth_blocks; ++b) {
+      float* e = dst.packed.data() + lay.entry(tile, lay.block_first_slot(b), 0);
+      const int64_t groups = lay.block_width(b) / m;
+      for (int64_t gi = 0; gi < groups; ++gi) {
+        for (int j = 0; j < n; ++j, ++g) {
+          for (int64_t l = 0; l < kNmGemmTileRows; ++l, e += 2) {
+            float value = 0.0f;
+            int32_t offset = 0;
+            if (src[l] != nullptr) {
+              value = src[l][g];
+              offset =
+                  static_cast<int32_t>((gi * m + (bits == 0 ? 0 : idx[l]->next())) * kNmGemmPanel);
+            }
+            e[0] = value;
+            std::memcpy(e + 1, &offset, sizeof(offset));
+          }
         }
-        e[0] = value;
-        std::memcpy(e + 1, &offset, sizeof(offset));
       }
     }
   });
