@@ -550,8 +550,11 @@ int run_bench_masks(const BenchOptions& o) {
 void add_bench_command(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<BenchOptions>();
   CLI::App* bench =
-      app.add_subcommand("bench", "Benchmarks of the library's solvers ('bench masks --help')");
+      app.add_subcommand("bench",
+                         "Benchmarks: 'bench masks' (mask solvers), 'bench kernels' (the "
+                         "sparse training GEMMs against OpenBLAS)");
   bench->require_subcommand(1);
+  add_bench_kernels_subcommand(*bench, exit_code);
   CLI::App* cmd = bench->add_subcommand(
       "masks",
       "Time mask solvers on synthetic trained-like scores. Methods run round-robin in one "

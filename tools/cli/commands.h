@@ -12,7 +12,9 @@ void add_verify_command(CLI::App& app, int& exit_code);
 void add_pack_command(CLI::App& app, int& exit_code);
 void add_unpack_command(CLI::App& app, int& exit_code);
 void add_generate_command(CLI::App& app, int& exit_code);
-void add_bench_command(CLI::App& app, int& exit_code);  // bench masks
+void add_bench_command(CLI::App& app, int& exit_code);  // bench masks, bench kernels
+// `bench kernels` under the `bench` command (cmd_bench_kernels.cpp).
+void add_bench_kernels_subcommand(CLI::App& bench, int& exit_code);
 void add_gradprune_command(CLI::App& app, int& exit_code);
 
 }  // namespace nms::cli
