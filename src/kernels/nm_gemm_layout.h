@@ -5,7 +5,7 @@
 // A [R, K] N:M along K. Rows in tiles of kNmGemmTileRows (6; the last tile padded with zero rows).
 // Within a tile, the kept slots of its rows in order (slot g of every row: group g / n), each slot
 // an interleaved entry per row: {value, offset}, offset = the slot's column relative to its depth
-// block (kc columns, the largest multiple of m <= 128) times kNmGemmPanel, i.e. the float offset of
+// block (kc columns, the largest multiple of m <= kNmGemmMaxDepthBlock) times kNmGemmPanel, i.e. the float offset of
 // that column's row in a packed [kc][64] panel of Xᵀ. Entry (tile, g, row l) is at
 // ((tile · slots_per_row + g) · 6 + l) · 2 floats. Every row of A has the same slots_per_row =
 // K / m · n, and depth block b holds slots [b · kc / m · n, ...): the kernel's trip counts are
@@ -18,7 +18,7 @@ namespace nms {
 
 inline constexpr int64_t kNmGemmTileRows = 6;  // rows of A per micro-tile (6 x 4 accumulators)
 inline constexpr int64_t kNmGemmPanel = 64;    // tokens per panel: 4 zmm of 16 lanes
-inline constexpr int64_t kNmGemmMaxDepthBlock = 128;  // 128 x 64 floats = 32 KB panel, in L1
+inline constexpr int64_t kNmGemmMaxDepthBlock = 64;  // 64 x 64 floats = 16 KB panel, in L1
 
 namespace detail {
 

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/nm_gemm_layout.h"
 #include "nmsparse/core/isa.h"
 #include "nmsparse/core/rng.h"
 #include "nmsparse/core/threading.h"
@@ -114,7 +115,7 @@ void check_case(const Case& c, uint64_t seed, int64_t pad = 0) {
 
 TEST(NmGemm, PatternsOnTileEdges) {
   // Tiles: 6 rows of A, 64 tokens per panel, 16 x 16 transposes, depth blocks of the largest
-  // multiple of m <= 128.
+  // multiple of m <= kNmGemmMaxDepthBlock.
   const NmPattern patterns[] = {{2, 4}, {1, 4},   {1, 2}, {4, 8},   {8, 16},
                                 {3, 8}, {16, 16}, {2, 3}, {16, 32}, {5, 12}};
   uint64_t seed = 1;
@@ -126,7 +127,8 @@ TEST(NmGemm, PatternsOnTileEdges) {
           check_case({tokens, depth, rows, p, axis}, seed++);
         }
       }
-      const int64_t kc = 128 / p.m * p.m;  // around one, two and three depth blocks
+      const int64_t kc =
+          kNmGemmMaxDepthBlock / p.m * p.m;  // around one, two and three depth blocks
       for (int64_t k : {kc - p.m, kc, kc + p.m, 2 * kc, 3 * kc + p.m}) {
         check_case({19, k, 13, p, axis}, seed++, /*pad=*/3);
       }

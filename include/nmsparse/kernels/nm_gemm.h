@@ -9,16 +9,20 @@
 //
 // The first two are one operation, Y = X · Aᵀ with A [R, K] N:M along K: A = W for the forward
 // GEMM, A = Wᵀ for backward-data. nm_gemm computes it token-vectorised, as Yᵀ = A · Xᵀ: per panel
-// of 64 tokens and depth block of up to 128 columns, Xᵀ is packed into a [kc][64] panel (32 KB,
+// of 64 tokens and depth block of up to 64 columns, Xᵀ is packed into a [kc][64] panel (16 KB,
 // in L1); each micro-tile of 6 rows of A x 64 tokens keeps 24 zmm accumulators and, per kept slot
 // and row, broadcasts the value and multiply-adds it with the 4 vectors of the panel row its
 // column selects (1 broadcast + 4 loads per 4 FMAs; no shuffles in the inner loop). The output
-// panel is transposed into Y with 16 x 16 in-register transposes.
+// panel is transposed into Y with 16 x 16 in-register transposes and streaming stores.
 //
-// Why not the output-vectorised kernel of research/kernels.md (permute X by the stored lane
-// indices): on this Sapphire-Rapids-class CPU a zmm permute and a zmm FMA share port 5, and that
-// kernel ran at 0.87x of OpenBLAS at 2:4 (T 8192, 768 -> 3072, one thread), where it measured
-// 1.52x on Zen 4.
+// Measured on this machine (Sapphire-Rapids-class Xeon VM, one thread; bench/bench_nm_gemm.cpp,
+// `nmsparse bench kernels`): the micro-kernel with its panel in L1 runs 3.85 G zmm FMAs/s (one
+// vector load per FMA), against 6.0 G/s when the 6 rows share a loaded panel row: it is bound by
+// L1 loads at ~1.3 zmm loads per cycle. Dense OpenBLAS sgemm reuses every loaded vector over many
+// FMAs and reaches ~5.2 G FMAs/s (165 GFLOP/s), so per-row 2:4 in fp32 cannot exceed about
+// 2 x 3.85 / 5.2 = 1.48x here; the whole GEMM reaches ~1.13x (forward 2:4, T 8192, 768 -> 3072),
+// 2.0x at 1:4. The output-vectorised kernel of research/kernels.md (permute X by stored lane
+// indices, 1.52x on Zen 4) ran at 0.87x here: a zmm permute and a zmm FMA share port 5.
 //
 // Results: every output element is the chain of fused multiply-adds over its kept products in
 // increasing column order, starting from 0, at every ISA level (isa.h) and any thread count, so
