@@ -46,39 +46,20 @@
 
 namespace nms {
 
-// dYᵀ packed for the kernel (layout: src/kernels/wgrad/wgrad_kernels.h). Opaque apart from its
-// shape; `slots` holds (ceil(rows / 6) · 6 · tokens / m · n) entries of {float value, int32 byte
-// offset}, one 64-bit word each.
-struct NmWgradOperand {
-  int64_t rows = 0;    // out: rows of dYᵀ = rows of dW
-  int64_t tokens = 0;  // T: the reduction length
-  NmPattern pattern;
-  int64_t k_block = 0;  // tokens per K-block (a multiple of m); 0 until packed
-  AlignedBuffer<uint64_t> slots;
-};
-
-// Reusable buffers for nm_wgrad: the packed operand and the per-work-item X panels. Once warmed
-// (same shapes), a call allocates nothing.
+// Reusable buffers for nm_wgrad, per work item: the X panels of one K-block and the decoded dYᵀ
+// tiles of one chunk of rows. Once warmed (same shapes and thread count), a call allocates nothing.
 struct NmWgradWorkspace {
-  NmWgradOperand operand;
   AlignedBuffer<float> x_panels;
+  AlignedBuffer<float> tile_values;
+  AlignedBuffer<int32_t> tile_offsets;
 };
 
 // True for every valid pattern: kernel A's cost does not depend on m (the AVX-512 kernel runs
 // whenever isa_active() == Isa::kAvx512).
 bool nm_wgrad_has_fast_path(NmPattern pattern);
 
-// Packs dYᵀ from a kCols compression of dY (into `dst`, reusing its buffer when the size fits).
-// Parallel over row tiles. Throws on a wrong axis, an invalid structure or an index >= m.
-void nm_wgrad_pack_into(const CompressedNm& dy, NmWgradOperand& dst);
-NmWgradOperand nm_wgrad_pack(const CompressedNm& dy);
-
-// dW = dYᵀ · X from a packed operand: x [a.tokens, in] (any ld), dw [a.rows, in] (any ld,
-// overwritten, must not overlap x). `ws` (optional) keeps the X panels between calls.
-void nm_wgrad(const NmWgradOperand& a, ConstMatrixViewF x, MatrixViewF dw,
-              NmWgradWorkspace* ws = nullptr);
-
-// Packs dy (into ws->operand when ws is given) and runs the product above.
+// dW = dYᵀ · X. dy: kCols compression of dY [T, out]; x [T, in] (any ld >= in); dw [out, in] (any
+// ld >= in, overwritten, must not overlap x). `ws` (optional) keeps the buffers between calls.
 void nm_wgrad(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw,
               NmWgradWorkspace* ws = nullptr);
 

@@ -1,5 +1,5 @@
-// nm_wgrad driver: validation, packing of dYᵀ and of the X panels, ISA dispatch, work items and
-// the loop nest around the micro-kernel (see nm_wgrad.h and wgrad_kernels.h).
+// nm_wgrad driver: validation, work items, the loop nest, packing of the X panels, and ISA
+// dispatch of the dYᵀ decoder and the micro-kernel (see nm_wgrad.h and wgrad_kernels.h).
 #include "nmsparse/kernels/nm_wgrad.h"
 
 #include <algorithm>
@@ -14,15 +14,17 @@
 namespace nms {
 namespace {
 
+using detail::kWgradMaxBlockSlots;
 using detail::kWgradPanel;
 using detail::kWgradRowTile;
-using detail::WgradSlot;
+using detail::kWgradTileWords;
 
 // Tokens per K-block (rounded down to a multiple of m): a [128][64] float X panel is 32 KiB and
 // stays in the 48 KiB L1 while a chunk of row tiles streams its slots past it.
 constexpr int64_t kKBlockTarget = 128;
-// Row tiles per chunk: the chunk's packed slots for one K-block (16 · 6 rows · 64 slots · 8 B =
-// 48 KiB at 2:4) stay in L2 while the item's panels go past them.
+static_assert(kKBlockTarget <= kWgradMaxBlockSlots);
+// Row tiles per chunk: the chunk's packed slots for one K-block (16 tiles · 6 rows · 64 slots ·
+// 8 B = 48 KiB at 2:4) stay in L2 while the item's panels go past them.
 constexpr int64_t kChunkTiles = 16;
 
 int64_t k_block_for(NmPattern p) {
@@ -56,139 +58,101 @@ void pack_x_block(ConstMatrixViewF x, int64_t t0, int64_t kc, int64_t k_block, i
   }
 }
 
+void check_dy(const CompressedNm& dy) {
+  NMS_CHECK(dy.axis == NmAxis::kCols,
+            "nm_wgrad: dY must be compressed along tokens (axis cols: groups run down each "
+            "column of dY [T, out]), got axis ",
+            axis_name(dy.axis));
+  dy.pattern.validate();
+  NMS_CHECK(dy.rows >= 0 && dy.cols >= 0, "nm_wgrad: negative dY shape (", dy.rows, " x ", dy.cols,
+            ")");
+  NMS_CHECK(dy.rows % dy.pattern.m == 0, "nm_wgrad: tokens (dY rows, ", dy.rows,
+            ") is not a multiple of m (", dy.pattern.m, ")");
+  const int64_t need = detail::mul_checked(dy.cols, dy.value_cols(), "dY values");
+  NMS_CHECK(dy.values.size() == need, "nm_wgrad: dY has ", dy.values.size(), " values, its shape ",
+            dy.rows, " x ", dy.cols, " at ", dy.pattern.to_string(), " needs ", need);
+  NMS_CHECK(dy.indices.size() == dy.index_bytes(), "nm_wgrad: dY has ", dy.indices.size(),
+            " index bytes, its shape needs ", dy.index_bytes());
+#ifndef NDEBUG
+  nm_validate(dy);
+#endif
+}
+
 }  // namespace
 
 bool nm_wgrad_has_fast_path(NmPattern pattern) {
   return pattern.n >= 1 && pattern.n <= pattern.m && pattern.m <= kMaxGroupSize;
 }
 
-void nm_wgrad_pack_into(const CompressedNm& dy, NmWgradOperand& dst) {
-  NMS_CHECK(dy.axis == NmAxis::kCols,
-            "nm_wgrad: dY must be compressed along tokens (axis cols: groups run down each "
-            "column of dY [T, out]), got axis ",
-            axis_name(dy.axis));
-  dy.pattern.validate();
-  const int n = dy.pattern.n;
-  const int m = dy.pattern.m;
-  NMS_CHECK(dy.rows >= 0 && dy.cols >= 0, "nm_wgrad: negative dY shape (", dy.rows, " x ", dy.cols,
-            ")");
-  NMS_CHECK(dy.rows % m == 0, "nm_wgrad: tokens (dY rows, ", dy.rows, ") is not a multiple of m (",
-            m, ")");
+void nm_wgrad(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw, NmWgradWorkspace* ws) {
+  check_dy(dy);
   const int64_t out = dy.cols;
-  const int64_t slots_per_row = dy.value_cols();
-  NMS_CHECK(dy.values.size() == detail::mul_checked(out, slots_per_row, "dY values"),
-            "nm_wgrad: dY has ", dy.values.size(), " values, its shape ", dy.rows, " x ", dy.cols,
-            " at ", dy.pattern.to_string(), " needs ", out * slots_per_row);
-  NMS_CHECK(dy.indices.size() == dy.index_bytes(), "nm_wgrad: dY has ", dy.indices.size(),
-            " index bytes, its shape needs ", dy.index_bytes());
-#ifndef NDEBUG
-  nm_validate(dy);
-#endif
-  const int64_t tiles = (out + kWgradRowTile - 1) / kWgradRowTile;
-  const int64_t total =
-      detail::mul_checked(detail::mul_checked(tiles, kWgradRowTile, "nm_wgrad operand"),
-                          slots_per_row, "nm_wgrad operand");
-  dst.rows = out;
-  dst.tokens = dy.rows;
-  dst.pattern = dy.pattern;
-  dst.k_block = k_block_for(dy.pattern);
-  if (dst.slots.size() != total) dst.slots.resize_for_overwrite(total);
-  auto* slots = reinterpret_cast<WgradSlot*>(dst.slots.data());
-  const int bits = dy.pattern.index_bits();
-  const int64_t row_bytes = dy.index_row_bytes();
-  const int64_t k_block = dst.k_block;
-  detail::parallel_for(tiles, [&](int64_t b) {
-    WgradSlot* tile = slots + b * kWgradRowTile * slots_per_row;
-    for (int r = 0; r < kWgradRowTile; ++r) {
-      const int64_t o = b * kWgradRowTile + r;
-      WgradSlot* e = tile + r;
-      if (o >= out) {
-        for (int64_t s = 0; s < slots_per_row; ++s) e[s * kWgradRowTile] = WgradSlot{0.0f, 0};
-        continue;
-      }
-      const float* v = dy.values.data() + o * slots_per_row;
-      const uint8_t* ix = dy.indices.data() + o * row_bytes;
-      int64_t group_token = 0;  // first token of the current group
-      int j = 0;                // slot inside the group
-      int64_t bit = 0;
-      for (int64_t s = 0; s < slots_per_row; ++s) {
-        int idx = 0;
-        if (bits > 0) {
-          const int64_t byte = bit >> 3;
-          unsigned word = ix[byte];
-          if (byte + 1 < row_bytes) word |= static_cast<unsigned>(ix[byte + 1]) << 8;
-          idx = static_cast<int>((word >> (bit & 7)) & ((1u << bits) - 1u));
-          bit += bits;
-        }
-        NMS_CHECK(idx < m, "nm_wgrad: dY column ", o, " slot ", s, " has index ", idx, " >= m (", m,
-                  ")");
-        const int64_t token = group_token + idx;
-        e[s * kWgradRowTile] =
-            WgradSlot{v[s], static_cast<int32_t>((token % k_block) * kWgradPanel * sizeof(float))};
-        if (++j == n) {
-          j = 0;
-          group_token += m;
-        }
-      }
-    }
-  });
-}
-
-NmWgradOperand nm_wgrad_pack(const CompressedNm& dy) {
-  NmWgradOperand a;
-  nm_wgrad_pack_into(dy, a);
-  return a;
-}
-
-void nm_wgrad(const NmWgradOperand& a, ConstMatrixViewF x, MatrixViewF dw, NmWgradWorkspace* ws) {
-  NMS_CHECK(a.k_block > 0 && a.k_block % a.pattern.m == 0,
-            "nm_wgrad: the operand is not packed (use nm_wgrad_pack)");
-  const int64_t out = a.rows;
   const int64_t in = x.cols();
-  const int64_t tokens = a.tokens;
+  const int64_t tokens = dy.rows;
   NMS_CHECK(x.rows() == tokens, "nm_wgrad: x has ", x.rows(), " rows (tokens), dY has ", tokens);
   NMS_CHECK(dw.rows() == out && dw.cols() == in, "nm_wgrad: dw is ", dw.rows(), " x ", dw.cols(),
             ", expected [dY cols, x cols] = ", out, " x ", in);
   NMS_CHECK(
       !overlaps(x.data(), x.rows(), x.ld(), x.cols(), dw.data(), dw.rows(), dw.ld(), dw.cols()),
       "nm_wgrad: dw overlaps x");
-  const int64_t slots_per_row = tokens / a.pattern.m * a.pattern.n;
-  const int64_t tiles = (out + kWgradRowTile - 1) / kWgradRowTile;
-  NMS_CHECK(a.slots.size() == tiles * kWgradRowTile * slots_per_row,
-            "nm_wgrad: the operand's buffer (", a.slots.size(),
-            " entries) does not match its shape");
   if (out == 0 || in == 0) return;
   if (tokens == 0) {
     for (int64_t o = 0; o < out; ++o) std::fill(dw.row(o), dw.row(o) + in, 0.0f);
     return;
   }
 
+  const int n = dy.pattern.n;
+  const int m = dy.pattern.m;
+  const int64_t k_block = k_block_for(dy.pattern);
+  const int64_t slots_per_row = dy.value_cols();
+  const int64_t row_bytes = dy.index_row_bytes();
+  // group_token[s] = first token of slot s's group, s counted from the start of a K-block.
+  int32_t group_token[kWgradMaxBlockSlots + 16] = {};
+  for (int s = 0; s < kWgradMaxBlockSlots; ++s) group_token[s] = s / n * m;
+
   const Isa isa = isa_active();
   detail::WgradTileFn tile_fn = detail::wgrad_tile_scalar;
+  detail::WgradDecodeFn decode_fn = detail::wgrad_decode_scalar;
 #if defined(NMS_HAVE_AVX512_KERNELS)
-  if (isa == Isa::kAvx512) tile_fn = detail::wgrad_tile_avx512;
+  if (isa == Isa::kAvx512) {
+    tile_fn = detail::wgrad_tile_avx512;
+    decode_fn = detail::wgrad_decode_avx512;
+  }
 #endif
   (void)isa;
 
-  // Work items: column chunks of whole panels first, then row ranges of whole tiles when there are
-  // fewer panels than threads. Items own disjoint blocks of dW.
+  // Work items own disjoint blocks of dW. Splitting the rows makes every item pack all of X
+  // (T · in floats), splitting the columns makes every item decode all of dY (T · out · n/m
+  // slots): split the dimension whose duplicated packing is smaller.
   const int64_t panels = (in + kWgradPanel - 1) / kWgradPanel;
+  const int64_t tiles = (out + kWgradRowTile - 1) / kWgradRowTile;
   const int64_t threads = std::max(1, max_threads());
-  const int64_t col_chunks = std::min(panels, threads);
-  const int64_t row_chunks = std::min(tiles, std::max<int64_t>(1, threads / col_chunks));
+  int64_t col_chunks = 1;
+  int64_t row_chunks = 1;
+  if (threads > 1) {
+    const bool rows_first = in * m < out * n;
+    if (rows_first) {
+      row_chunks = std::min(tiles, threads);
+      col_chunks = std::min(panels, std::max<int64_t>(1, threads / row_chunks));
+    } else {
+      col_chunks = std::min(panels, threads);
+      row_chunks = std::min(tiles, std::max<int64_t>(1, threads / col_chunks));
+    }
+  }
   const int64_t items = col_chunks * row_chunks;
   const int64_t max_chunk_panels = (panels + col_chunks - 1) / col_chunks;
-  const int64_t k_block = a.k_block;
-  const int64_t item_floats = k_block * max_chunk_panels * kWgradPanel;
+  const int64_t x_floats = k_block * max_chunk_panels * kWgradPanel;
+  const int64_t tile_words = kChunkTiles * kWgradTileWords;
 
   NmWgradWorkspace local;
   NmWgradWorkspace& w = ws != nullptr ? *ws : local;
-  const int64_t need = detail::mul_checked(items, item_floats, "nm_wgrad X panels");
-  if (w.x_panels.size() < need) w.x_panels.resize_for_overwrite(need);
+  const int64_t x_need = detail::mul_checked(items, x_floats, "nm_wgrad X panels");
+  if (w.x_panels.size() < x_need) w.x_panels.resize_for_overwrite(x_need);
+  if (w.tile_values.size() < items * tile_words) {
+    w.tile_values.resize_for_overwrite(items * tile_words);
+    w.tile_offsets.resize_for_overwrite(items * tile_words);
+  }
 
-  const auto* slots = reinterpret_cast<const WgradSlot*>(a.slots.data());
-  const int n = a.pattern.n;
-  const int m = a.pattern.m;
   detail::parallel_for(items, [&](int64_t item) {
     const int64_t cc = item % col_chunks;
     const int64_t rc = item / col_chunks;
@@ -196,40 +160,74 @@ void nm_wgrad(const NmWgradOperand& a, ConstMatrixViewF x, MatrixViewF dw, NmWgr
     const int64_t p1 = panels * (cc + 1) / col_chunks;
     const int64_t b0 = tiles * rc / row_chunks;
     const int64_t b1 = tiles * (rc + 1) / row_chunks;
-    float* buf = w.x_panels.data() + item * item_floats;
+    float* xbuf = w.x_panels.data() + item * x_floats;
+    float* vals = w.tile_values.data() + item * tile_words;
+    int32_t* offs = w.tile_offsets.data() + item * tile_words;
+    detail::WgradDecodeArgs da{};
+    da.row_bytes = row_bytes;
+    da.bits = dy.pattern.index_bits();
+    da.m = m;
+    da.group_token = group_token;
     for (int64_t t0 = 0; t0 < tokens; t0 += k_block) {
       const int64_t kc = std::min(k_block, tokens - t0);
       const int64_t s0 = t0 / m * n;
-      const int64_t ns = kc / m * n;
-      const bool first = t0 == 0;
-      pack_x_block(x, t0, kc, k_block, p0 * kWgradPanel, p1 - p0, buf);
+      const int ns = static_cast<int>(kc / m * n);
+      pack_x_block(x, t0, kc, k_block, p0 * kWgradPanel, p1 - p0, xbuf);
       for (int64_t bc = b0; bc < b1; bc += kChunkTiles) {
         const int64_t bc_end = std::min(b1, bc + kChunkTiles);
+        // Decode the chunk's rows of dYᵀ for this K-block into packed tiles.
+        for (int64_t b = bc; b < bc_end; ++b) {
+          for (int r = 0; r < kWgradRowTile; ++r) {
+            const int64_t o = b * kWgradRowTile + r;
+            const int64_t at = (b - bc) * kWgradTileWords + r * detail::kWgradSlotStride;
+            if (o >= out) {
+              std::fill(vals + at, vals + at + ns, 0.0f);
+              std::fill(offs + at, offs + at + ns, 0);
+              continue;
+            }
+            da.values = dy.values.data() + o * slots_per_row + s0;
+            da.indices = dy.indices.data() + o * row_bytes;
+            // Rows of dYᵀ are T / m · n slots apart, too far for the hardware prefetcher:
+            // fetch the same row of the next chunk (decoded soon) into L2 now.
+            if (o + kChunkTiles * kWgradRowTile < std::min(out, b1 * kWgradRowTile)) {
+              const int64_t ahead = kChunkTiles * kWgradRowTile;
+              const char* nv = reinterpret_cast<const char*>(da.values + ahead * slots_per_row);
+              for (int64_t byte = 0; byte < ns * 4; byte += 64) __builtin_prefetch(nv + byte, 0, 2);
+              __builtin_prefetch(da.indices + ahead * row_bytes + s0 * da.bits / 8, 0, 2);
+            }
+            NMS_CHECK(decode_fn(da, vals + at, offs + at), "nm_wgrad: dY column ", o,
+                      " has an index >= m (", m, ") in tokens [", t0, ", ", t0 + kc, ")");
+          }
+        }
         for (int64_t p = p0; p < p1; ++p) {
           const int64_t col = p * kWgradPanel;
-          const int cols = static_cast<int>(std::min<int64_t>(kWgradPanel, in - col));
-          const float* panel = buf + (p - p0) * k_block * kWgradPanel;
+          const float* panel = xbuf + (p - p0) * k_block * kWgradPanel;
+          detail::WgradTileArgs ta{};
+          ta.slots = ns;
+          ta.panel = panel;
+          ta.ldc = dw.ld();
+          ta.cols = static_cast<int>(std::min<int64_t>(kWgradPanel, in - col));
+          ta.first = t0 == 0;
           for (int64_t b = bc; b < bc_end; ++b) {
             const int64_t row = b * kWgradRowTile;
-            const int rows = static_cast<int>(std::min<int64_t>(kWgradRowTile, out - row));
-            tile_fn(slots + (b * slots_per_row + s0) * kWgradRowTile, ns, panel, dw.row(row) + col,
-                    dw.ld(), rows, cols, first);
+            ta.vals = vals + (b - bc) * kWgradTileWords;
+            ta.offs = offs + (b - bc) * kWgradTileWords;
+            ta.c = dw.row(row) + col;
+            ta.rows = static_cast<int>(std::min<int64_t>(kWgradRowTile, out - row));
+            ta.next_c = nullptr;
+            if (b + 1 < bc_end) {
+              ta.next_c = dw.row(row + kWgradRowTile) + col;
+              ta.next_rows = static_cast<int>(std::min<int64_t>(kWgradRowTile, out - row - 6));
+            } else if (p + 1 < p1) {
+              ta.next_c = dw.row(bc * kWgradRowTile) + col + kWgradPanel;
+              ta.next_rows = kWgradRowTile;
+            }
+            tile_fn(ta);
           }
         }
       }
     }
   });
-}
-
-void nm_wgrad(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw, NmWgradWorkspace* ws) {
-  if (ws != nullptr) {
-    nm_wgrad_pack_into(dy, ws->operand);
-    nm_wgrad(ws->operand, x, dw, ws);
-    return;
-  }
-  NmWgradWorkspace local;
-  nm_wgrad_pack_into(dy, local.operand);
-  nm_wgrad(local.operand, x, dw, &local);
 }
 
 }  // namespace nms

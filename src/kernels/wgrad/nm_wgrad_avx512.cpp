@@ -1,6 +1,13 @@
-// The AVX-512 micro-kernel of nm_wgrad (see wgrad_kernels.h): 6 rows x NV zmm columns of
-// accumulators; per slot and row one broadcast of the value and NV fused multiply-adds with the
-// panel row at the slot's offset. Same arithmetic as wgrad_tile_scalar, element by element.
+// The AVX-512 decoder and micro-kernel of nm_wgrad (see wgrad_kernels.h). Same arithmetic as the
+// scalar versions, element by element.
+//
+// Micro-kernel: 6 rows x NV zmm columns of accumulators; per slot and row one broadcast of the
+// value (vbroadcastss from the packed tile), one offset load, and NV fused multiply-adds with the
+// panel row at that offset (memory operands). The first six slots also prefetch the next tile's C
+// rows, so the read-modify-write of C per K-block does not wait on L2/L3.
+// Decoder: 16 slots per step; the index window (at most 13 bytes for 6-bit indices) is broadcast
+// to the four 128-bit lanes and vpshufb moves each slot's two bytes into its dword, vpsrlvd and a
+// mask extract the index, and the token offset adds the precomputed group start.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -11,9 +18,26 @@ namespace nms::detail {
 namespace {
 
 template <int NV>
-void tile(const WgradSlot* a, int64_t slots, const float* panel, float* c, int64_t ldc, int rows,
-          int cols, bool first) {
-  const int last = cols - 16 * (NV - 1);  // 1..16 columns in the last vector
+inline void step(const float* vals, const int32_t* offs, int s, const char* base,
+                 __m512 (&acc)[kWgradRowTile][NV]) {
+#pragma GCC unroll 6
+  for (int r = 0; r < kWgradRowTile; ++r) {
+    const __m512 w = _mm512_set1_ps(vals[r * kWgradSlotStride + s]);
+    const char* row = base + offs[r * kWgradSlotStride + s];
+    // Materialise the row address: FMAs with a base + index memory operand are un-laminated into
+    // two uops on Intel cores; one add per row keeps the four FMAs micro-fused.
+    __asm__("" : "+r"(row));
+    const auto* xr = reinterpret_cast<const float*>(row);
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      acc[r][v] = _mm512_fmadd_ps(w, _mm512_load_ps(xr + 16 * v), acc[r][v]);
+    }
+  }
+}
+
+template <int NV>
+void tile(const WgradTileArgs& t) {
+  const int last = t.cols - 16 * (NV - 1);  // 1..16 columns in the last vector
   const auto last_mask = static_cast<__mmask16>(last >= 16 ? 0xFFFFu : (1u << last) - 1u);
   __m512 acc[kWgradRowTile][NV];
 #pragma GCC unroll 6
@@ -21,50 +45,81 @@ void tile(const WgradSlot* a, int64_t slots, const float* panel, float* c, int64
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
       const __mmask16 k = v == NV - 1 ? last_mask : static_cast<__mmask16>(0xFFFFu);
-      acc[r][v] =
-          first || r >= rows ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(k, c + r * ldc + 16 * v);
+      acc[r][v] = t.first || r >= t.rows ? _mm512_setzero_ps()
+                                         : _mm512_maskz_loadu_ps(k, t.c + r * t.ldc + 16 * v);
     }
   }
-  const auto* base = reinterpret_cast<const char*>(panel);
-  for (int64_t s = 0; s < slots; ++s) {
-    const WgradSlot* e = a + s * kWgradRowTile;
-#pragma GCC unroll 6
-    for (int r = 0; r < kWgradRowTile; ++r) {
-      const __m512 w = _mm512_set1_ps(e[r].value);
-      const auto* xr = reinterpret_cast<const float*>(base + e[r].offset);
+  const auto* base = reinterpret_cast<const char*>(t.panel);
+  int s = 0;
+  if (t.next_c != nullptr) {
+    const int pre = t.slots < t.next_rows ? t.slots : t.next_rows;
+    for (; s < pre; ++s) {
+      const auto* pf = reinterpret_cast<const char*>(t.next_c + s * t.ldc);
 #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) {
-        acc[r][v] = _mm512_fmadd_ps(w, _mm512_load_ps(xr + 16 * v), acc[r][v]);
-      }
+      for (int v = 0; v < NV; ++v) _mm_prefetch(pf + 64 * v, _MM_HINT_T0);
+      step<NV>(t.vals, t.offs, s, base, acc);
     }
   }
+  for (; s < t.slots; ++s) step<NV>(t.vals, t.offs, s, base, acc);
 #pragma GCC unroll 6
   for (int r = 0; r < kWgradRowTile; ++r) {
-    if (r >= rows) break;
+    if (r >= t.rows) break;
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
       const __mmask16 k = v == NV - 1 ? last_mask : static_cast<__mmask16>(0xFFFFu);
-      _mm512_mask_storeu_ps(c + r * ldc + 16 * v, k, acc[r][v]);
+      _mm512_mask_storeu_ps(t.c + r * t.ldc + 16 * v, k, acc[r][v]);
     }
   }
 }
 
 }  // namespace
 
-void wgrad_tile_avx512(const WgradSlot* a, int64_t slots, const float* panel, float* c, int64_t ldc,
-                       int rows, int cols, bool first) {
-  switch ((cols + 15) / 16) {
+bool wgrad_decode_avx512(const WgradDecodeArgs& a, float* vals, int32_t* offs) {
+  const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i m = _mm512_set1_epi32(a.m);
+  const __m512i index_mask = _mm512_set1_epi32(static_cast<int>((1u << a.bits) - 1u));
+  const __m512i lane_bits = _mm512_mullo_epi32(iota, _mm512_set1_epi32(a.bits));
+  __mmask16 bad = 0;
+  for (int s = 0; s < a.slots; s += 16) {
+    const int count = a.slots - s < 16 ? a.slots - s : 16;
+    const auto k = static_cast<__mmask16>(count == 16 ? 0xFFFFu : (1u << count) - 1u);
+    _mm512_mask_storeu_ps(vals + s, k, _mm512_maskz_loadu_ps(k, a.values + s));
+    __m512i idx = _mm512_setzero_si512();
+    if (a.bits > 0) {
+      const int64_t start = (a.s0 + s) * a.bits;
+      const int64_t byte = start >> 3;
+      const int64_t avail = a.row_bytes - byte;  // >= 1: slot s0 + s exists
+      const auto kb = static_cast<__mmask16>(avail >= 16 ? 0xFFFFu : (1u << avail) - 1u);
+      const __m512i window = _mm512_broadcast_i32x4(_mm_maskz_loadu_epi8(kb, a.indices + byte));
+      const __m512i lb =
+          _mm512_add_epi32(lane_bits, _mm512_set1_epi32(static_cast<int>(start & 7)));
+      const __m512i ctrl = _mm512_add_epi32(
+          _mm512_mullo_epi32(_mm512_srli_epi32(lb, 3), _mm512_set1_epi32(0x01010101)),
+          _mm512_set1_epi32(0x03020100));
+      const __m512i word = _mm512_shuffle_epi8(window, ctrl);
+      idx = _mm512_and_si512(_mm512_srlv_epi32(word, _mm512_and_si512(lb, _mm512_set1_epi32(7))),
+                             index_mask);
+    }
+    bad |= _mm512_mask_cmpge_epi32_mask(k, idx, m);
+    const __m512i token = _mm512_add_epi32(_mm512_maskz_loadu_epi32(k, a.group_token + s), idx);
+    _mm512_mask_storeu_epi32(offs + s, k, _mm512_slli_epi32(token, 8));  // · 64 floats · 4 B
+  }
+  return bad == 0;
+}
+
+void wgrad_tile_avx512(const WgradTileArgs& t) {
+  switch ((t.cols + 15) / 16) {
     case 1:
-      tile<1>(a, slots, panel, c, ldc, rows, cols, first);
+      tile<1>(t);
       break;
     case 2:
-      tile<2>(a, slots, panel, c, ldc, rows, cols, first);
+      tile<2>(t);
       break;
     case 3:
-      tile<3>(a, slots, panel, c, ldc, rows, cols, first);
+      tile<3>(t);
       break;
     default:
-      tile<4>(a, slots, panel, c, ldc, rows, cols, first);
+      tile<4>(t);
       break;
   }
 }

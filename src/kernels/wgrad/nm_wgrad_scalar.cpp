@@ -1,28 +1,47 @@
-// The scalar micro-kernel of nm_wgrad: the specification the AVX-512 kernel reproduces bit for bit
-// (one std::fma per term, slots in order, rows and columns independent).
+// The scalar decoder and micro-kernel of nm_wgrad: the specification the AVX-512 versions
+// reproduce bit for bit (one std::fma per term, slots in order, rows and columns independent).
 #include <cmath>
 
 #include "kernels/wgrad/wgrad_kernels.h"
 
 namespace nms::detail {
 
-void wgrad_tile_scalar(const WgradSlot* a, int64_t slots, const float* panel, float* c, int64_t ldc,
-                       int rows, int cols, bool first) {
-  float acc[kWgradRowTile][kWgradPanel];
-  for (int r = 0; r < rows; ++r) {
-    for (int j = 0; j < cols; ++j) acc[r][j] = first ? 0.0f : c[r * ldc + j];
+bool wgrad_decode_scalar(const WgradDecodeArgs& a, float* vals, int32_t* offs) {
+  const unsigned mask = (1u << a.bits) - 1u;
+  int64_t bit = a.s0 * a.bits;
+  unsigned bad = 0;
+  for (int s = 0; s < a.slots; ++s) {
+    unsigned idx = 0;
+    if (a.bits > 0) {
+      const int64_t byte = bit >> 3;
+      unsigned word = a.indices[byte];
+      if (byte + 1 < a.row_bytes) word |= static_cast<unsigned>(a.indices[byte + 1]) << 8;
+      idx = (word >> (bit & 7)) & mask;
+      bit += a.bits;
+    }
+    bad |= static_cast<unsigned>(idx >= static_cast<unsigned>(a.m));
+    vals[s] = a.values[s];
+    offs[s] = (a.group_token[s] + static_cast<int32_t>(idx)) * kWgradPanel *
+              static_cast<int32_t>(sizeof(float));
   }
-  const auto* base = reinterpret_cast<const unsigned char*>(panel);
-  for (int64_t s = 0; s < slots; ++s) {
-    const WgradSlot* e = a + s * kWgradRowTile;
-    for (int r = 0; r < rows; ++r) {
-      const float v = e[r].value;
-      const auto* xr = reinterpret_cast<const float*>(base + e[r].offset);
-      for (int j = 0; j < cols; ++j) acc[r][j] = std::fma(v, xr[j], acc[r][j]);
+  return bad == 0;
+}
+
+void wgrad_tile_scalar(const WgradTileArgs& t) {
+  float acc[kWgradRowTile][kWgradPanel];
+  for (int r = 0; r < t.rows; ++r) {
+    for (int j = 0; j < t.cols; ++j) acc[r][j] = t.first ? 0.0f : t.c[r * t.ldc + j];
+  }
+  const auto* base = reinterpret_cast<const unsigned char*>(t.panel);
+  for (int s = 0; s < t.slots; ++s) {
+    for (int r = 0; r < t.rows; ++r) {
+      const float v = t.vals[r * kWgradSlotStride + s];
+      const auto* xr = reinterpret_cast<const float*>(base + t.offs[r * kWgradSlotStride + s]);
+      for (int j = 0; j < t.cols; ++j) acc[r][j] = std::fma(v, xr[j], acc[r][j]);
     }
   }
-  for (int r = 0; r < rows; ++r) {
-    for (int j = 0; j < cols; ++j) c[r * ldc + j] = acc[r][j];
+  for (int r = 0; r < t.rows; ++r) {
+    for (int j = 0; j < t.cols; ++j) t.c[r * t.ldc + j] = acc[r][j];
   }
 }
 

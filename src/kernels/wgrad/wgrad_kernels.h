@@ -1,41 +1,69 @@
-// PRIVATE header: the packed sparse operand of nm_wgrad and its micro-kernels (plain types and
-// declarations only: nm_wgrad_avx512.cpp, built with AVX-512 flags, includes it).
+// PRIVATE header: the packed blocks of nm_wgrad and its micro-kernels (plain types and declarations
+// only: nm_wgrad_avx512.cpp, built with AVX-512 flags, includes it).
 //
-// Packed dYᵀ (NmWgradOperand::slots): rows of dYᵀ (output features) in tiles of kWgradRowTile = 6
-// (the last tile padded with {0, 0} rows); per tile, for every slot s of the row's compressed
-// token sequence (s = group · n + j, all groups of the whole token range in order), 6 consecutive
-// WgradSlot entries, one per row of the tile. Entry (tile b, slot s, row r) is at
-// (b · slots_per_row + s) · 6 + r. `offset` is the byte offset of the slot's token inside its
-// K-block panel: (token mod k_block) · kWgradPanel · sizeof(float).
+// Per work item, per K-block of k_block tokens (a multiple of m, at most kWgradMaxBlockSlots, so
+// groups never straddle blocks and a row has at most 128 slots in a block):
 //
-// X panels: per K-block of k_block tokens (a multiple of m, so groups never straddle blocks) and
-// per 64-column panel, a contiguous [k_block][64] float array (columns past `in` are zero).
+//   X panels   per 64-column panel a contiguous [k_block][64] float array (columns past `in`
+//              zero), 64-byte aligned.
+//   dYᵀ tiles  per tile of kWgradRowTile = 6 rows of dYᵀ, 6 rows of kWgradSlotStride floats (the
+//              kept values of the block, in slot order) and, in a second buffer at the same
+//              positions, 6 rows of int32 byte offsets (token inside the block · 64 · 4: the
+//              slot's row of the X panel). Rows past `out` hold value 0, offset 0. The constant
+//              stride lets the micro-kernel address all 12 streams from two base registers; at
+//              576 bytes (9 cache lines) the streams fall into different L1 sets.
 #pragma once
 
 #include <cstdint>
 
 namespace nms::detail {
 
-inline constexpr int kWgradRowTile = 6;  // RR: rows of dYᵀ per micro-tile
-inline constexpr int kWgradPanel = 64;   // columns of X per panel (4 zmm)
+inline constexpr int kWgradRowTile = 6;          // RR: rows of dYᵀ per micro-tile
+inline constexpr int kWgradPanel = 64;           // columns of X per panel (4 zmm)
+inline constexpr int kWgradMaxBlockSlots = 128;  // slots of one row in one K-block
+inline constexpr int kWgradSlotStride = 144;     // words between rows of a packed tile
+inline constexpr int kWgradTileWords = kWgradRowTile * kWgradSlotStride;
+static_assert(kWgradPanel * 4 == 256, "offsets are token << 8");
 
-struct WgradSlot {
-  float value;
-  int32_t offset;  // bytes into the K-block panel
+// One row of dYᵀ (one column of the kCols-compressed dY) restricted to one K-block.
+struct WgradDecodeArgs {
+  const float* values;     // the row's compressed values, from slot s0
+  const uint8_t* indices;  // the row's index bit string (row_bytes bytes)
+  int64_t row_bytes;
+  int64_t s0;  // first slot of the block (a multiple of n)
+  int slots;   // slots in the block (<= kWgradMaxBlockSlots)
+  int bits;    // index bits (0 for m == 1)
+  int m;
+  const int32_t* group_token;  // [kWgradMaxBlockSlots + 16]: (s / n) · m, s relative to s0
 };
-static_assert(sizeof(WgradSlot) == 8, "WgradSlot is two 32-bit words");
 
-// One micro-tile: C[rows, cols] (row stride ldc floats) = (first ? 0 : C) + Σ_s value · panel row,
-// over `slots` entries of `a` (6 per slot, tile-interleaved as above), in slot order, one fused
-// multiply-add per term and element. 1 <= rows <= 6, 1 <= cols <= 64. Only C[0..rows, 0..cols) is
-// read and written; the panel is read in full rows of 64 floats.
-using WgradTileFn = void (*)(const WgradSlot* a, int64_t slots, const float* panel, float* c,
-                             int64_t ldc, int rows, int cols, bool first);
+// Writes the block's values to vals[0, slots) and offsets ((group_token[s] + index) · 256) to
+// offs[0, slots); returns false if an index is >= m (nothing else is checked).
+using WgradDecodeFn = bool (*)(const WgradDecodeArgs& a, float* vals, int32_t* offs);
+bool wgrad_decode_scalar(const WgradDecodeArgs& a, float* vals, int32_t* offs);
+bool wgrad_decode_avx512(const WgradDecodeArgs& a, float* vals, int32_t* offs);
+
+// One micro-tile: C[rows, cols] (row stride ldc floats) = (first ? 0 : C) + Σ_s vals[r][s] ·
+// panel row offs[r][s], s < slots, in slot order, one fused multiply-add per term and element.
+// vals / offs: a packed tile (rows kWgradSlotStride apart). 1 <= rows <= 6, 1 <= cols <= 64. Only
+// C[0..rows, 0..cols) is read and written; the panel is read in full rows of 64 floats.
+// `next_c` (may be null): the next tile's C (next_rows rows, stride ldc), prefetched meanwhile.
+struct WgradTileArgs {
+  const float* vals;
+  const int32_t* offs;
+  int slots;
+  const float* panel;
+  float* c;
+  int64_t ldc;
+  int rows, cols;
+  bool first;
+  const float* next_c;
+  int next_rows;
+};
+using WgradTileFn = void (*)(const WgradTileArgs& t);
 
 // The scalar specification (std::fma per term) and the AVX-512 kernel (bitwise the same result).
-void wgrad_tile_scalar(const WgradSlot* a, int64_t slots, const float* panel, float* c, int64_t ldc,
-                       int rows, int cols, bool first);
-void wgrad_tile_avx512(const WgradSlot* a, int64_t slots, const float* panel, float* c, int64_t ldc,
-                       int rows, int cols, bool first);
+void wgrad_tile_scalar(const WgradTileArgs& t);
+void wgrad_tile_avx512(const WgradTileArgs& t);
 
 }  // namespace nms::detail

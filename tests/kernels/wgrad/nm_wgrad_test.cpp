@@ -193,12 +193,12 @@ TEST(NmWgrad, MvueGradientAndWorkspaceReuse) {
   NmWgradWorkspace ws;
   Matrix w(30, 90);
   nm_wgrad(dy, x.view(), w.view(), &ws);
-  const uint64_t* slots = ws.operand.slots.data();
   const float* panels = ws.x_panels.data();
+  const float* tiles = ws.tile_values.data();
   Matrix w2(30, 90);
   nm_wgrad(dy, x.view(), w2.view(), &ws);
-  EXPECT_EQ(slots, ws.operand.slots.data());
   EXPECT_EQ(panels, ws.x_panels.data());
+  EXPECT_EQ(tiles, ws.tile_values.data());
   EXPECT_EQ(std::memcmp(w.data(), w2.data(), sizeof(float) * w.size()), 0);
   const double gamma = 128 * std::ldexp(1.0, -24) / (1.0 - 128 * std::ldexp(1.0, -24));
   for (int64_t o = 0; o < 30; ++o) {
@@ -222,25 +222,45 @@ TEST(NmWgrad, MvueGradientAndWorkspaceReuse) {
   EXPECT_EQ(std::memcmp(ws_out.data(), plain.data(), sizeof(float) * plain.size()), 0);
 }
 
-TEST(NmWgrad, PackedOperandLayout) {
-  // Slot entries: tile-interleaved {value, byte offset of the token inside its K-block panel}.
-  Matrix d(8, 7);  // T = 8, out = 7: two row tiles, the second padded
-  d(1, 0) = 1.0f;
-  d(3, 0) = 2.0f;
-  d(4, 6) = 3.0f;
-  const NmWgradOperand a = nm_wgrad_pack(nm_compress(d.view(), {2, 4}, NmAxis::kCols));
-  ASSERT_EQ(a.k_block, 128);
-  ASSERT_EQ(a.slots.size(), 2 * 6 * 4);
-  const auto* e = reinterpret_cast<const detail::WgradSlot*>(a.slots.data());
-  EXPECT_EQ(e[0].value, 1.0f);
-  EXPECT_EQ(e[0].offset, 1 * 64 * 4);
-  EXPECT_EQ(e[6].value, 2.0f);
-  EXPECT_EQ(e[6].offset, 3 * 64 * 4);
-  // Row 6 = tile 1, row 0: group 1 keeps token 4 (slot 2) plus padding at token 5 (slot 3).
-  EXPECT_EQ(e[24 + 2 * 6].value, 3.0f);
-  EXPECT_EQ(e[24 + 2 * 6].offset, 4 * 64 * 4);
-  EXPECT_EQ(e[24 + 3 * 6].value, 0.0f);
-  EXPECT_EQ(e[24 + 3 * 6 + 1].value, 0.0f);  // padding row of the tile
+TEST(NmWgrad, DecodersAgree) {
+  // The AVX-512 decoder against the scalar one for every index width, block starts that are not
+  // byte-aligned in the bit string, partial 16-slot steps, and indices >= m.
+  if (isa_supported() < Isa::kAvx512) GTEST_SKIP() << "no AVX-512";
+  const CounterRng rng(77, 0);
+  uint64_t draw = 0;
+  int32_t group_token[detail::kWgradMaxBlockSlots + 16] = {};
+  for (int m : {2, 3, 4, 7, 8, 13, 16, 31, 32, 33, 64}) {
+    const int n = (m + 1) / 2;
+    for (int s = 0; s < detail::kWgradMaxBlockSlots; ++s) group_token[s] = s / n * m;
+    NmPattern p{n, m};
+    const int bits = p.index_bits();
+    const int64_t slots_per_row = 40 * n;
+    const int64_t row_bytes = (slots_per_row * bits + 7) / 8;
+    std::vector<uint8_t> idx(static_cast<size_t>(row_bytes));
+    for (auto& b : idx) b = static_cast<uint8_t>(rng.word(draw++));
+    std::vector<float> values(static_cast<size_t>(slots_per_row));
+    for (auto& v : values) v = rng.uniform(draw++);
+    for (int64_t s0 : {int64_t{0}, int64_t{n}, int64_t{3 * n}, int64_t{7 * n}}) {
+      for (int count : {1, 5, 16, 17, 33}) {
+        if (s0 + count > slots_per_row) continue;
+        const detail::WgradDecodeArgs a{
+            values.data() + s0, idx.data(), row_bytes, s0, count, bits, m, group_token};
+        float v1[detail::kWgradMaxBlockSlots] = {};
+        float v2[detail::kWgradMaxBlockSlots] = {};
+        int32_t o1[detail::kWgradMaxBlockSlots] = {};
+        int32_t o2[detail::kWgradMaxBlockSlots] = {};
+        const bool ok1 = detail::wgrad_decode_scalar(a, v1, o1);
+        const bool ok2 = detail::wgrad_decode_avx512(a, v2, o2);
+        SCOPED_TRACE(p.to_string() + " s0 " + std::to_string(s0) + " count " +
+                     std::to_string(count));
+        EXPECT_EQ(ok1, ok2);
+        for (int s = 0; s < count; ++s) {
+          ASSERT_EQ(v1[s], v2[s]) << s;
+          ASSERT_EQ(o1[s], o2[s]) << s;
+        }
+      }
+    }
+  }
 }
 
 TEST(NmWgrad, Errors) {
@@ -260,23 +280,25 @@ TEST(NmWgrad, Errors) {
   const ConstMatrixViewF xin(big.data(), 16, 20, 40);
   const MatrixViewF clash(big.data() + 20, 10, 20, 40);
   testing::expect_error([&] { nm_wgrad(dy, xin, clash); }, "overlaps");
-  testing::expect_error([&] { nm_wgrad(NmWgradOperand{}, x.view(), w.view()); }, "not packed");
   CompressedNm short_values = dy;
   short_values.values.resize(3);
   testing::expect_error([&] { nm_wgrad(short_values, x.view(), w.view()); }, "has 3 values");
   CompressedNm odd = nm_compress(Matrix(14, 4).view(), {2, 7}, NmAxis::kCols);
   odd.rows = 15;
-  testing::expect_error([&] { nm_wgrad_pack(odd); }, "not a multiple of m (7)");
+  Matrix x15(15, 20);
+  testing::expect_error([&] { nm_wgrad(odd, x15.view(), w.view()); }, "not a multiple of m (7)");
 }
 
 TEST(NmWgrad, IndexOutOfGroupIsRefused) {
   // 2:3 stores 2-bit indices: the value 3 would point into the next group (past the K-block at
-  // the end). Release builds catch it while packing; debug builds in nm_validate first.
+  // the end). Release builds catch it while decoding; debug builds in nm_validate first.
   Matrix d(3, 1);
   d(0, 0) = 1.0f;
   CompressedNm dy = nm_compress(d.view(), {2, 3}, NmAxis::kCols);
   dy.indices[0] = 0x0F;  // slots 0 and 1: indices 3, 3
-  testing::expect_error([&] { nm_wgrad_pack(dy); }, "index 3");
+  Matrix x(3, 4);
+  Matrix w(1, 4);
+  testing::expect_error([&] { nm_wgrad(dy, x.view(), w.view()); }, ">= m (3)");
 }
 
 }  // namespace

@@ -1,0 +1,127 @@
+// nm_wgrad (weight gradient dW = dYᵀ X, dY pruned N:M along tokens by MVUE) against OpenBLAS
+// cblas_sgemm on the masked dense dY: each iteration times the dense call and ours alternately,
+// same thread count. Counters (medians over iterations): dense_ms; sparse_ms (nm_wgrad from the
+// compressed dY: decoding dYᵀ and packing X are inside, fused per K-block); prune_ms (MVUE +
+// compression of dY, grad_prune_compressed_into); speedup = dense / sparse, speedup_best = best
+// dense / best sparse, speedup_prune = dense / (sparse + prune); max_rel_error = max |ours − dense|
+// / max |dense|.
+// Run (on a quiet machine, `uptime` load < 1):
+//   build/bench/bench_wgrad --benchmark_min_time=0.5
+#include <benchmark/benchmark.h>
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "nmsparse/core/isa.h"
+#include "nmsparse/core/rng.h"
+#include "nmsparse/core/threading.h"
+#include "nmsparse/format/compressed_nm.h"
+#include "nmsparse/grad/prune.h"
+#include "nmsparse/kernels/nm_wgrad.h"
+
+namespace nms {
+namespace {
+
+Matrix random(int64_t rows, int64_t cols, uint64_t seed) {
+  Matrix a(rows, cols);
+  const CounterRng rng(seed, 7);
+  for (int64_t k = 0; k < a.size(); ++k) a.data()[k] = 2.0f * rng.uniform(k) - 1.0f;
+  return a;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+double best(const std::vector<double>& v) {
+  return v.empty() ? 0.0 : *std::min_element(v.begin(), v.end());
+}
+
+double max_rel_error(const Matrix& got, const Matrix& ref) {
+  double err = 0.0;
+  double scale = 0.0;
+  for (int64_t k = 0; k < ref.size(); ++k) {
+    err = std::max(err, std::fabs(double{got.data()[k]} - ref.data()[k]));
+    scale = std::max(scale, std::fabs(double{ref.data()[k]}));
+  }
+  return err / std::max(scale, 1e-300);
+}
+
+const NmPattern kPatterns[] = {{2, 4}, {1, 4}, {8, 16}, {4, 8}};
+struct Shape {
+  int64_t tokens, in, out;
+};
+// out x in at T: 3072x768 and 768x3072 at T = 8192, 2048x2048 at T = 2048.
+const Shape kShapes[] = {{8192, 768, 3072}, {8192, 3072, 768}, {2048, 2048, 2048}};
+
+// args: pattern, shape, threads.
+void BM_NmWgrad(benchmark::State& state) {
+  const NmPattern p = kPatterns[state.range(0)];
+  const Shape s = kShapes[state.range(1)];
+  const int threads = static_cast<int>(state.range(2));
+  ScopedNumThreads scoped(threads);
+  openblas_set_num_threads(threads);
+  const Matrix g = random(s.tokens, s.out, 1);  // dY [T, out] before pruning
+  const GradPruneOptions options{GradMethod::kMvue, p, NmAxis::kCols, /*seed=*/3, /*stream=*/1};
+  CompressedNm dy = grad_prune_compressed(g.view(), options);
+  const Matrix dy_dense = nm_decompress(dy);  // masked dense dY
+  const Matrix x = random(s.tokens, s.in, 2);
+  Matrix dw_dense(s.out, s.in);
+  Matrix dw_sparse(s.out, s.in);
+  NmWgradWorkspace ws;
+  using clock = std::chrono::steady_clock;
+  const auto dense_call = [&] {  // dW = dYᵀ · X
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(s.out),
+                static_cast<int>(s.in), static_cast<int>(s.tokens), 1.0f, dy_dense.data(),
+                static_cast<int>(s.out), x.data(), static_cast<int>(s.in), 0.0f, dw_dense.data(),
+                static_cast<int>(s.in));
+  };
+  dense_call();
+  nm_wgrad(dy, x.view(), dw_sparse.view(), &ws);
+  std::vector<double> t_dense;
+  std::vector<double> t_sparse;
+  std::vector<double> t_prune;
+  for (auto _ : state) {
+    const auto t0 = clock::now();
+    dense_call();
+    const auto t1 = clock::now();
+    nm_wgrad(dy, x.view(), dw_sparse.view(), &ws);
+    const auto t2 = clock::now();
+    grad_prune_compressed_into(g.view(), options, dy);
+    const auto t3 = clock::now();
+    t_dense.push_back(std::chrono::duration<double>(t1 - t0).count());
+    t_sparse.push_back(std::chrono::duration<double>(t2 - t1).count());
+    t_prune.push_back(std::chrono::duration<double>(t3 - t2).count());
+    state.SetIterationTime(t_sparse.back());
+  }
+  const double dense_ms = median(t_dense) * 1e3;
+  const double sparse_ms = median(t_sparse) * 1e3;
+  const double prune_ms = median(t_prune) * 1e3;
+  state.counters["dense_ms"] = dense_ms;
+  state.counters["sparse_ms"] = sparse_ms;
+  state.counters["prune_ms"] = prune_ms;
+  state.counters["speedup"] = dense_ms / sparse_ms;
+  state.counters["speedup_best"] = best(t_dense) / best(t_sparse);
+  state.counters["speedup_prune"] = dense_ms / (sparse_ms + prune_ms);
+  state.counters["max_rel_error"] = max_rel_error(dw_sparse, dw_dense);
+  state.SetLabel(p.to_string() + " T" + std::to_string(s.tokens) + " " + std::to_string(s.out) +
+                 "x" + std::to_string(s.in) + " " + std::string(isa_name(isa_active())));
+}
+
+void Args(benchmark::internal::Benchmark* b) {
+  for (int threads : {1, 2}) {
+    for (int shape = 0; shape < 3; ++shape) b->Args({0, shape, threads});
+    for (int pattern = 1; pattern < 4; ++pattern) b->Args({pattern, 0, threads});
+  }
+}
+BENCHMARK(BM_NmWgrad)->Apply(Args)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace nms
+
+BENCHMARK_MAIN();
