@@ -187,6 +187,8 @@ void nm_wgrad(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw, NmWgra
             }
             da.values = dy.values.data() + o * slots_per_row + s0;
             da.indices = dy.indices.data() + o * row_bytes;
+            da.s0 = s0;
+            da.slots = ns;
             // Rows of dYᵀ are T / m · n slots apart, too far for the hardware prefetcher:
             // fetch the same row of the next chunk (decoded soon) into L2 now.
             if (o + kChunkTiles * kWgradRowTile < std::min(out, b1 * kWgradRowTile)) {
