@@ -57,7 +57,8 @@ void nm_gemm(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y) {
   const int64_t tokens = x.rows();
   if (tokens == 0 || a.rows == 0) return;
 #if defined(NMS_HAVE_AVX512_KERNELS)
-  if (isa_active() == Isa::kAvx512 && a.depth > 0) {
+  const Isa isa = isa_active();
+  if (isa >= Isa::kAvx2 && a.depth > 0) {
     const detail::NmGemmArgs args{x.data(),    x.ld(),      a.packed.data(), a.rows, a.depth,
                                   a.pattern.n, a.pattern.m, y.data(),        y.ld()};
     const int64_t scratch_floats = detail::nm_gemm_avx512_scratch_floats(args);
@@ -68,7 +69,12 @@ void nm_gemm(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y) {
       thread_local AlignedBuffer<float> scratch;
       if (scratch.size() < scratch_floats) scratch.resize_for_overwrite(scratch_floats);
       const int64_t t0 = i * kItem;
-      detail::nm_gemm_avx512_item(args, t0, std::min(kItem, tokens - t0), scratch.data());
+      const int64_t width = std::min(kItem, tokens - t0);
+      if (isa == Isa::kAvx512) {
+        detail::nm_gemm_avx512_item(args, t0, width, scratch.data());
+      } else {
+        detail::nm_gemm_avx2_item(args, t0, width, scratch.data());
+      }
     });
     return;
   }

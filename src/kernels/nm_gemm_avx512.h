@@ -1,5 +1,5 @@
-// PRIVATE header: the AVX-512 kernel of nm_gemm (nm_gemm_avx512.cpp, the only unit built with
-// AVX-512 flags; called after isa_active() == Isa::kAvx512). Plain types only.
+// PRIVATE header: the SIMD kernels of nm_gemm (nm_gemm_avx512.cpp and nm_gemm_avx2.cpp, each the
+// only unit built with its flags; called after the isa_active() check). Plain types only.
 #pragma once
 
 #include <cstdint>
@@ -26,5 +26,9 @@ int64_t nm_gemm_avx512_scratch_floats(const NmGemmArgs& a);
 // fused multiply-add chain over its kept slots in order from 0, bitwise the scalar path's result.
 // `scratch` is 64-byte aligned, nm_gemm_avx512_scratch_floats(a) floats.
 void nm_gemm_avx512_item(const NmGemmArgs& a, int64_t t0, int64_t width, float* scratch);
+
+// The same with AVX2 + FMA (nm_gemm_avx2.cpp; called after isa_active() >= Isa::kAvx2), same
+// scratch, bitwise the same results.
+void nm_gemm_avx2_item(const NmGemmArgs& a, int64_t t0, int64_t width, float* scratch);
 
 }  // namespace nms::detail
