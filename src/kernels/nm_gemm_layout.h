@@ -1,15 +1,15 @@
 // PRIVATE header: the packed layout of NmGemmOperand (nm_gemm.h), shared by the packer, the
-// scalar path and the AVX-512 kernel (plain data and arithmetic only: the AVX-512 unit includes
-// it).
+// scalar path and the SIMD kernels (plain data and arithmetic only: the AVX units include it).
 //
-// A [R, K] N:M along K. Rows in tiles of kNmGemmTileRows (6; the last tile padded with zero rows).
-// Within a tile, the kept slots of its rows in order (slot g of every row: group g / n), each slot
-// an interleaved entry per row: {value, offset}, offset = the slot's column relative to its depth
-// block (kc columns, the largest multiple of m <= kNmGemmMaxDepthBlock) times kNmGemmPanel, i.e. the float offset of
-// that column's row in a packed [kc][64] panel of Xᵀ. Entry (tile, g, row l) is at
-// ((tile · slots_per_row + g) · 6 + l) · 2 floats. Every row of A has the same slots_per_row =
-// K / m · n, and depth block b holds slots [b · kc / m · n, ...): the kernel's trip counts are
-// fixed.
+// A [R, K] N:M along K. Rows in tiles of kNmGemmTileRows (6; the last tile padded with zero rows),
+// K in depth blocks of kc columns (the largest multiple of m <= kNmGemmMaxDepthBlock). Every row
+// has the same slots_per_row = K / m · n kept slots (slot g: group g / n); depth block b holds
+// slots [b · kc / m · n, ...). Entries are stored depth block by depth block, then tile by tile,
+// then slot by slot, then row by row: each (block, tile) is one contiguous run the kernel streams,
+// and a whole depth block is contiguous across tiles. An entry is {value, offset} (2 floats, the
+// offset an int32 in the second): offset = the slot's column relative to its depth block times
+// kNmGemmPanel, the float offset of that column's row in a packed [kc][64] panel of Xᵀ. Padding
+// rows hold value 0 at offset 0.
 #pragma once
 
 #include <cstdint>
