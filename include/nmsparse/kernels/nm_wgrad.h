@@ -7,34 +7,49 @@
 //   dw  dW [out, in], any ld >= in; overwritten.
 //   dW[o, i] = Σ_s dy.values[o, s] · X[token(o, s), i],  token(o, s) = (s / n) · m + index(o, s).
 //
-// Kernel ("kernel A" of research/kernels.md): lanes = 16 consecutive input features. dYᵀ is packed
-// once per call (nm_wgrad_pack) into tiles of 6 rows with interleaved {value, byte offset of the
-// token's X row} entries, every row with the same slot count per K-block (fixed trip count; the
-// index bit stream is decoded here, so every pattern runs the same kernel and its cost does not
-// depend on m). X is packed per K-block of ~128 tokens (a multiple of m) into [k_block][64]
-// panels that stay in L1. Micro-tile 6 rows x 64 columns = 24 zmm accumulators: per slot and row,
-// one broadcast of the value and 4 fused multiply-adds with the panel row at its offset. Loops:
-// K-block -> (pack X) -> chunk of 16 row tiles -> panel -> row tile -> micro-kernel.
-// Cost: O(out · T · n/m · in) multiply-adds (n/m of the dense GEMM) + O(out · T · n/m) packing of
-// dYᵀ + O(T · in) packing of X (once per column chunk of a work item).
+// Kernel ("kernel A" of research/kernels.md): lanes = 16 consecutive input features, the sparse
+// operand broadcast. Per work item and K-block of 64 tokens (rounded down to a multiple of m, so
+// groups never straddle blocks): X is packed into [k_block][128] panels (32 KiB, L1-resident);
+// per chunk of 32 row tiles, every row of dYᵀ is decoded from the compressed bit stream into a
+// tile of {value, byte offset of the token's panel row} streams (AVX-512 bit-field decoder; every
+// row has the same slot count per block, so the micro-kernel's trip count is fixed and its cost
+// does not depend on m). Micro-tile 3 rows x 128 columns = 24 zmm accumulators: per slot and row
+// one broadcast of the value, one offset load and 8 fused multiply-adds with the panel row as a
+// memory operand. Loops: K-block -> pack X -> row chunk (decode) -> panel -> row tile.
+// Layouts: src/kernels/wgrad/wgrad_kernels.h.
+// Cost: O(out · T · n/m · in) multiply-adds (n/m of the dense GEMM) + O(out · T · n/m) decoding
+// per column chunk + O(T · in) packing of X per row chunk (work items split the dimension whose
+// duplicated packing is smaller). Workspace: per item 64 · 128 · (columns / 128) floats of X and
+// 2 · 32 · 3 · 80 words of tiles; nothing proportional to the operands.
 //
 // Results: every dW element is the fused multiply-add chain over its row's slots in order
 // (padding included), starting from +0.0. That order does not depend on the K-block, the tiling,
 // the thread count or the ISA level: results are bitwise identical for any thread count and at
-// every level (scalar: std::fma over the same packed data; avx2 runs the scalar path; avx512 the
+// every level (scalar: std::fma over the same decoded tiles; avx2 runs the scalar path; avx512 the
 // micro-kernel above). The error against the exact product is at most γ_k Σ_s |dy_s x_s| per
 // element, γ_k = k u / (1 - k u), u = 2^-24, k = T / m · n.
-// Threads: work items are disjoint blocks of dW (column chunks of panels, then row ranges); each
-// item walks every K-block in order. No reduction across threads.
+// Threads: work items are disjoint blocks of dW (row ranges of whole tiles or column ranges of
+// whole panels); each walks every K-block in order. No reduction across threads.
 //
-// Measured (see the end of this comment for the command): dev machine, 2-core Sapphire-Rapids-
-// class Xeon VM shared with other jobs, OpenBLAS 0.3.21 cblas_sgemm on the masked dense dY timed
-// alternately in the same process:
-//   (filled in by bench_wgrad; see the report in the commit history)
+// Measured (bench_wgrad --benchmark_min_time=1, one run; dev machine: 2-core Sapphire-Rapids-class
+// Xeon VM shared with other jobs, load 0.8-1.3; OpenBLAS 0.3.21 cblas_sgemm on the masked dense
+// dY timed alternately in the same process; medians; our time includes decoding dY and packing X,
+// excludes MVUE pruning; max relative error 1.4e-6 to 2.7e-6):
+//   out x in, T        N:M    1 thread: dense / ours ms, ratio   2 threads: dense / ours, ratio
+//   3072 x 768, 8192   2:4    254.1 / 207.8, 1.22x              137.6 / 118.2, 1.16x (best 1.27)
+//   768 x 3072, 8192   2:4    249.2 / 220.5, 1.13x              134.6 / 143.7, 0.94x (best 1.13)
+//   2048 x 2048, 2048  2:4    111.4 /  95.0, 1.17x               59.4 /  47.8, 1.24x
+//   3072 x 768, 8192   1:4    266.3 / 126.9, 2.10x              137.3 /  73.5, 1.87x
+//   3072 x 768, 8192   4:8    263.9 / 212.8, 1.24x              137.0 / 108.8, 1.26x
+//   3072 x 768, 8192   8:16   265.1 / 213.5, 1.24x              136.0 / 128.3, 1.06x (best 1.20)
+// Below the 1.4x floor of research/kernels.md (measured 1.35-1.49x on a Zen 4): on this Xeon a zmm
+// FMA with a 64-byte load operand sustains only ~4.4-4.7 G/s (7.0 G/s register-only), so kernel
+// A's one load per FMA caps the micro-kernel near 110 useful GFLOP/s in L1 for every tile shape
+// tried, while OpenBLAS runs at ~155 effective GFLOP/s: ~1.4x is this kernel's ceiling here.
 //
 // Errors (nms::Error, naming the values): dy.axis not kCols, an invalid pattern or compressed
-// structure (sizes, an index >= m), T (dy.rows) != x.rows(), dw not [dy.cols, x.cols()], dw
-// overlapping x or dy's values.
+// structure (sizes; an index >= m; debug builds run nm_validate), T (dy.rows) != x.rows(), dw not
+// [dy.cols, x.cols()], dw overlapping x.
 #pragma once
 
 #include <cstdint>

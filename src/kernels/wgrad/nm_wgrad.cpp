@@ -19,13 +19,17 @@ using detail::kWgradPanel;
 using detail::kWgradRowTile;
 using detail::kWgradTileWords;
 
-// Tokens per K-block (rounded down to a multiple of m): a [128][64] float X panel is 32 KiB and
-// stays in the 48 KiB L1 while a chunk of row tiles streams its slots past it.
-constexpr int64_t kKBlockTarget = 128;
+// Tokens per K-block (rounded down to a multiple of m): a [64][128] float X panel is 32 KiB and
+// stays in the 48 KiB L1 while a chunk of row tiles streams its slots past it. (Measured on the
+// 2-core Xeon, 2:4 S1, one thread: 3 x 128 tiles with 64-token blocks 1.24-1.26x over OpenBLAS,
+// 6 x 64 with 128 1.19-1.21x, 4 x 96 with 80 1.22x, 2 x 192 with 48 1.14x; 6 x 64 with 64 or 256
+// tokens slower than with 128.)
+constexpr int64_t kKBlockTarget = 64;
 static_assert(kKBlockTarget <= kWgradMaxBlockSlots);
-// Row tiles per chunk: the chunk's packed slots for one K-block (16 tiles · 6 rows · 64 slots ·
-// 8 B = 48 KiB at 2:4) stay in L2 while the item's panels go past them.
-constexpr int64_t kChunkTiles = 16;
+// Row tiles per chunk: the chunk's decoded slots for one K-block (32 tiles · 3 rows · 32 slots ·
+// 8 B = 24 KiB at 2:4) stay in L1/L2 while the item's panels go past them. 16-256 tiles (of 6
+// rows) measured within noise, except 256 (8 % slower).
+constexpr int64_t kChunkTiles = 32;
 
 int64_t k_block_for(NmPattern p) {
   return std::max<int64_t>(1, kKBlockTarget / p.m) * p.m;
@@ -219,7 +223,8 @@ void nm_wgrad(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw, NmWgra
             ta.next_c = nullptr;
             if (b + 1 < bc_end) {
               ta.next_c = dw.row(row + kWgradRowTile) + col;
-              ta.next_rows = static_cast<int>(std::min<int64_t>(kWgradRowTile, out - row - 6));
+              ta.next_rows =
+                  static_cast<int>(std::min<int64_t>(kWgradRowTile, out - row - kWgradRowTile));
             } else if (p + 1 < p1) {
               ta.next_c = dw.row(bc * kWgradRowTile) + col + kWgradPanel;
               ta.next_rows = kWgradRowTile;

@@ -2,28 +2,29 @@
 // only: nm_wgrad_avx512.cpp, built with AVX-512 flags, includes it).
 //
 // Per work item, per K-block of k_block tokens (a multiple of m, at most kWgradMaxBlockSlots, so
-// groups never straddle blocks and a row has at most 128 slots in a block):
+// groups never straddle blocks and a row has at most that many slots in a block):
 //
-//   X panels   per 64-column panel a contiguous [k_block][64] float array (columns past `in`
-//              zero), 64-byte aligned.
-//   dYᵀ tiles  per tile of kWgradRowTile = 6 rows of dYᵀ, 6 rows of kWgradSlotStride floats (the
-//              kept values of the block, in slot order) and, in a second buffer at the same
-//              positions, 6 rows of int32 byte offsets (token inside the block · 64 · 4: the
-//              slot's row of the X panel). Rows past `out` hold value 0, offset 0. The constant
-//              stride lets the micro-kernel address all 12 streams from two base registers; at
-//              576 bytes (9 cache lines) the streams fall into different L1 sets.
+//   X panels   per kWgradPanel-column panel a contiguous [k_block][kWgradPanel] float array
+//              (columns past `in` zero), 64-byte aligned.
+//   dYᵀ tiles  per tile of kWgradRowTile rows of dYᵀ, that many rows of kWgradSlotStride floats
+//              (the kept values of the block, in slot order) and, in a second buffer at the same
+//              positions, rows of int32 byte offsets (token inside the block · kWgradPanelBytes:
+//              the slot's row of the X panel). Rows past `out` hold value 0, offset 0. The
+//              constant stride lets the micro-kernel address all streams from two base
+//              registers; at 320 bytes (5 cache lines) the streams fall into different L1 sets.
 #pragma once
 
 #include <cstdint>
 
 namespace nms::detail {
 
-inline constexpr int kWgradRowTile = 6;          // RR: rows of dYᵀ per micro-tile
-inline constexpr int kWgradPanel = 64;           // columns of X per panel (4 zmm)
-inline constexpr int kWgradMaxBlockSlots = 128;  // slots of one row in one K-block
-inline constexpr int kWgradSlotStride = 144;     // words between rows of a packed tile
+inline constexpr int kWgradRowTile = 3;  // RR: rows of dYᵀ per micro-tile
+inline constexpr int kWgradPanel = 128;  // columns of X per panel (zmm vectors of 16)
+inline constexpr int kWgradPanelBytes = kWgradPanel * 4;  // bytes of one panel row
+inline constexpr int kWgradMaxBlockSlots = 64;            // slots of one row in one K-block
+inline constexpr int kWgradSlotStride = 80;               // words between rows of a packed tile
 inline constexpr int kWgradTileWords = kWgradRowTile * kWgradSlotStride;
-static_assert(kWgradPanel * 4 == 256, "offsets are token << 8");
+static_assert(kWgradPanel % 16 == 0 && kWgradPanel <= 256);
 
 // One row of dYᵀ (one column of the kCols-compressed dY) restricted to one K-block.
 struct WgradDecodeArgs {
@@ -45,8 +46,9 @@ bool wgrad_decode_avx512(const WgradDecodeArgs& a, float* vals, int32_t* offs);
 
 // One micro-tile: C[rows, cols] (row stride ldc floats) = (first ? 0 : C) + Σ_s vals[r][s] ·
 // panel row offs[r][s], s < slots, in slot order, one fused multiply-add per term and element.
-// vals / offs: a packed tile (rows kWgradSlotStride apart). 1 <= rows <= 6, 1 <= cols <= 64. Only
-// C[0..rows, 0..cols) is read and written; the panel is read in full rows of 64 floats.
+// vals / offs: a packed tile (rows kWgradSlotStride apart). 1 <= rows <= kWgradRowTile,
+// 1 <= cols <= kWgradPanel. Only
+// C[0..rows, 0..cols) is read and written; the panel is read in full rows.
 // `next_c` (may be null): the next tile's C (next_rows rows, stride ldc), prefetched meanwhile.
 struct WgradTileArgs {
   const float* vals;

@@ -1,6 +1,7 @@
 // nm_wgrad (dW = dYᵀ X, dY N:M along tokens) against a decompress + double-precision reference;
-// every ISA level bit for bit against the scalar path; sizes around every tile edge (6 rows,
-// 16 / 64 columns, the K-block of 128 tokens rounded to m); strides; threads; MVUE input; errors.
+// every ISA level bit for bit against the scalar path; sizes around every tile edge (3 rows,
+// 16 / 128 columns, the K-block of 64 tokens rounded down to a multiple of m); strides; threads;
+// MVUE input; errors.
 //
 // Tolerance: each dW element is a chain of k fused multiply-adds (k = T / m · n kept slots of its
 // row, padding zeros included), each rounding once, so |dW − dW_exact| <= γ_k Σ_t |dY_to X_ti|
@@ -113,22 +114,24 @@ void check_case(const Case& c, uint64_t seed, int64_t pad = 0) {
 }
 
 TEST(NmWgrad, RowAndColumnTileEdges) {
-  // Micro-tile: 6 rows of dW x 64 columns (4 vectors of 16).
+  // Micro-tile: 3 rows of dW x 128 columns (8 vectors of 16).
   uint64_t seed = 1;
-  for (int64_t out : {1, 5, 6, 7, 15}) {
-    for (int64_t in : {1, 15, 16, 17, 33, 63, 64, 65, 131}) {
+  for (int64_t out : {1, 2, 3, 4, 9}) {
+    for (int64_t in : {1, 15, 16, 17, 63, 127, 128, 129, 259}) {
       check_case({12, in, out, {2, 4}}, seed++);
     }
   }
 }
 
 TEST(NmWgrad, TokenBlockEdges) {
-  // K-block: 128 tokens when m divides 128, else the largest multiple of m below 128.
+  // K-block: 64 tokens when m divides 64, else the largest multiple of m below 64 (63 for m = 7,
+  // 60 for m = 12); m = 64: one group per block.
   uint64_t seed = 100;
-  for (int64_t tokens : {4, 124, 128, 132, 256, 260, 388}) {
+  for (int64_t tokens : {4, 60, 64, 68, 128, 132, 196}) {
     check_case({tokens, 70, 13, {2, 4}}, seed++, /*pad=*/3);
   }
-  for (int64_t tokens : {126, 133, 252, 259}) check_case({tokens, 20, 7, {3, 7}}, seed++, 1);
+  for (int64_t tokens : {63, 70, 126, 133}) check_case({tokens, 20, 7, {3, 7}}, seed++, 1);
+  for (int64_t tokens : {60, 72, 120, 132}) check_case({tokens, 20, 5, {5, 12}}, seed++, 1);
   for (int64_t tokens : {64, 128, 192, 320}) check_case({tokens, 17, 8, {5, 64}}, seed++);
 }
 
@@ -164,8 +167,8 @@ TEST(NmWgrad, EmptyShapes) {
 }
 
 TEST(NmWgrad, SameBitsForOneAndTwoThreads) {
-  // 200 columns: 4 panels split over 2 threads; 16 columns: 1 panel, rows split instead.
-  for (int64_t in : {200, 16}) {
+  // 300 columns: 3 panels; 16 columns: 1 panel (rows split); 2000 columns: columns split.
+  for (int64_t in : {300, 16, 2000}) {
     const Matrix d = random_dy(520, 50, {2, 4}, 3);
     const CompressedNm dy = nm_compress(d.view(), {2, 4}, NmAxis::kCols);
     const Matrix x = testing::random_matrix(520, in, 4);
