@@ -355,4 +355,163 @@ bool mvue24_cols_avx512(const float* src, int64_t ld, int64_t group_rows, int64_
   return bad == 0;
 }
 
+namespace {
+
+// MVUE n:m of 16 column groups: x[i] lane l = element i of group l (i < m), uw the groups' random
+// words; out[i] as x. Mirrors mvue_group (group.cpp) operation for operation.
+inline void mvue_generic16(const __m512* x, int n, int m, __m512i uw, __m512* out, __mmask16& bad) {
+  const __m512i exp_mask = _mm512_set1_epi32(0x7f800000);
+  const __m512 sign_mask = _mm512_castsi512_ps(_mm512_set1_epi32(static_cast<int>(0x80000000u)));
+  const __m512 zero = _mm512_setzero_ps();
+  __m512 a[64];
+  __m512i nnz = _mm512_setzero_si512();
+  for (int i = 0; i < m; ++i) {
+    a[i] = _mm512_abs_ps(x[i]);
+    const __m512i e = _mm512_and_si512(_mm512_castps_si512(x[i]), exp_mask);
+    bad = static_cast<__mmask16>(bad | _mm512_cmpeq_epi32_mask(e, exp_mask));
+    nnz = _mm512_mask_add_epi32(nnz, _mm512_cmp_ps_mask(a[i], zero, _CMP_GT_OQ), nnz,
+                                _mm512_set1_epi32(1));
+  }
+  const __mmask16 small = _mm512_cmple_epi32_mask(nnz, _mm512_set1_epi32(n));
+  // Water-filling: lanes stay active while they cap; each pass recomputes R over the uncapped.
+  __mmask16 cap[64];
+  for (int i = 0; i < m; ++i) cap[i] = 0;
+  __m512 np = _mm512_set1_ps(static_cast<float>(n));
+  __m512 r_final = zero;
+  auto active = static_cast<__mmask16>(~small);
+  bool first_pass = true;
+  while (active != 0) {
+    __m512 r = zero;
+    __m512 amax = _mm512_set1_ps(-1.0f);
+    __m512i best = _mm512_set1_epi32(-1);
+    for (int i = 0; i < m; ++i) {
+      const auto unc = static_cast<__mmask16>(~cap[i]);
+      r = _mm512_mask_add_ps(r, unc, r, a[i]);
+      const __mmask16 gt = _mm512_mask_cmp_ps_mask(unc, a[i], amax, _CMP_GT_OQ);
+      amax = _mm512_mask_mov_ps(amax, gt, a[i]);
+      best = _mm512_mask_mov_epi32(best, gt, _mm512_set1_epi32(i));
+    }
+    r_final = _mm512_mask_mov_ps(r_final, active, r);
+    if (first_pass) {  // R only shrinks later: overflow shows on the first pass
+      const __mmask16 inf = _mm512_cmp_ps_mask(r, _mm512_set1_ps(__builtin_inff()), _CMP_EQ_OQ);
+      bad = static_cast<__mmask16>(bad | (inf & active));
+      first_pass = false;
+    }
+    const __mmask16 can = _mm512_mask_cmp_ps_mask(active, np, _mm512_set1_ps(2.0f), _CMP_GE_OQ);
+    const __mmask16 caps = _mm512_mask_cmp_ps_mask(can, _mm512_mul_ps(amax, np), r, _CMP_GE_OQ);
+    for (int i = 0; i < m; ++i) {
+      cap[i] = static_cast<__mmask16>(cap[i] |
+                                      (caps & _mm512_cmpeq_epi32_mask(best, _mm512_set1_epi32(i))));
+    }
+    np = _mm512_mask_sub_ps(np, caps, np, _mm512_set1_ps(1.0f));
+    active = caps;
+  }
+  const __m512 step = _mm512_div_ps(r_final, np);
+  const __m512 u = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(uw, 8)),
+                                 _mm512_set1_ps(1.0f / 16777216.0f));
+  __m512 t = _mm512_mul_ps(u, step);
+  __m512 taken = zero;  // points consumed, as floats (exact small integers)
+  __m512 prefix = zero;
+  for (int i = 0; i < m; ++i) {
+    const auto unc = static_cast<__mmask16>(~cap[i] & ~small);
+    const __m512 next = _mm512_add_ps(prefix, a[i]);
+    __mmask16 kept = 0;
+    for (;;) {  // while (j < n' && t < next): consume a point
+      const __mmask16 more = _mm512_mask_cmp_ps_mask(
+          _mm512_mask_cmp_ps_mask(unc, taken, np, _CMP_LT_OQ), t, next, _CMP_LT_OQ);
+      if (more == 0) break;
+      kept = static_cast<__mmask16>(kept | more);
+      t = _mm512_mask_add_ps(t, more, t, step);
+      taken = _mm512_mask_add_ps(taken, more, taken, _mm512_set1_ps(1.0f));
+    }
+    prefix = _mm512_mask_mov_ps(prefix, unc, next);
+    const __m512 signed_step = _mm512_or_ps(_mm512_and_ps(x[i], sign_mask), step);
+    __m512 o = _mm512_maskz_mov_ps(kept, signed_step);
+    o = _mm512_mask_mov_ps(o, static_cast<__mmask16>(cap[i] & ~small), x[i]);
+    const __mmask16 nonzero = _mm512_cmp_ps_mask(x[i], zero, _CMP_NEQ_UQ);
+    o = _mm512_mask_mov_ps(o, small, _mm512_maskz_mov_ps(nonzero, x[i]));  // +0.0 for zeros
+    out[i] = o;
+  }
+}
+
+// Compressed emission of one group per lane: out[i] lane l; lane l's value row at v + l * value_ld
+// (slots from `slot0`), index row at idx + l * index_ld (bit (slot0 + k) * bits).
+inline void emit_generic(const __m512* out, int n, int m, int bits, float* v, int64_t value_ld,
+                         uint8_t* idx, int64_t index_ld, int64_t slot0) {
+  alignas(64) float tmp[64][16];
+  for (int i = 0; i < m; ++i) _mm512_store_ps(tmp[i], out[i]);
+  for (int l = 0; l < 16; ++l) {
+    uint64_t kept = 0;
+    int count = 0;
+    for (int i = 0; i < m; ++i) {
+      const uint64_t k = tmp[i][l] != 0.0f;
+      kept |= k << i;
+      count += static_cast<int>(k);
+    }
+    for (int c = count; c < n; ++c) kept |= ~kept & (kept + 1);  // lowest free positions
+    float* vals = v + l * value_ld + slot0;
+    uint8_t* row = idx + l * index_ld;
+    for (int k = 0; k < n; ++k) {
+      const int i = __builtin_ctzll(kept);
+      kept &= kept - 1;
+      vals[k] = tmp[i][l];
+      if (bits == 0) continue;  // m == 1: no index bits
+      const int64_t bit = (slot0 + k) * bits;  // <= 6 bits: at most two bytes
+      const unsigned shifted = static_cast<unsigned>(i) << (bit & 7);
+      row[bit >> 3] = static_cast<uint8_t>(row[bit >> 3] | shifted);
+      if ((bit & 7) + bits > 8)
+        row[(bit >> 3) + 1] = static_cast<uint8_t>(row[(bit >> 3) + 1] | (shifted >> 8));
+    }
+  }
+}
+
+}  // namespace
+
+bool mvue_cols_avx512(const float* src, int64_t ld, int n, int m, int64_t group_rows,
+                      int64_t blocks, int64_t cols, int64_t col0, const Mvue24Key& key,
+                      float* dense, int64_t dense_ld, float* values, int64_t value_ld,
+                      uint8_t* indices, int64_t index_ld, int bits) {
+  __mmask16 bad = 0;
+  const auto quarter = static_cast<long long>(cols / 4);
+  const __m512i block_lo =
+      _mm512_set_epi64(quarter + 3, quarter + 2, quarter + 1, quarter, 3, 2, 1, 0);
+  const __m512i block_hi = _mm512_add_epi64(block_lo, _mm512_set1_epi64(2 * quarter));
+  __m512 x[64];
+  __m512 out[64];
+  __m512i uw[kColsMaxBlocks][4];  // random words of 4 group rows, per block
+  for (int64_t kk0 = 0; kk0 < group_rows; kk0 += 4) {
+    const int64_t left = group_rows - kk0;
+    const int batches = left < 4 ? static_cast<int>(left) : 4;
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      __m512i w[4];
+      philox16(static_cast<uint64_t>(kk0 * cols + col0 + 16 * blk) >> 2, block_lo, block_hi, key,
+               w);
+      interleave4(w, uw[blk]);
+    }
+    for (int j = 0; j < batches; ++j) {
+      const int64_t kk = kk0 + j;
+      // One group row: its m input rows read left to right across the blocks (m streams the
+      // prefetcher follows; walking 4 group rows per block kept 4m streams and ran latency-bound),
+      // with a prefetch 4 blocks ahead.
+      for (int64_t blk = 0; blk < blocks; ++blk) {
+        const int64_t c = 16 * blk;
+        const float* p = src + kk * m * ld + c;
+        for (int i = 0; i < m; ++i) {
+          _mm_prefetch(reinterpret_cast<const char*>(p + i * ld + 64), _MM_HINT_T0);
+          x[i] = _mm512_loadu_ps(p + i * ld);
+        }
+        mvue_generic16(x, n, m, uw[blk][j], out, bad);
+        if (dense != nullptr) {
+          float* d = dense + kk * m * dense_ld + c;
+          for (int i = 0; i < m; ++i) _mm512_storeu_ps(d + i * dense_ld, out[i]);
+        } else {
+          emit_generic(out, n, m, bits, values + c * value_ld, value_ld, indices + c * index_ld,
+                       index_ld, kk * n);
+        }
+      }
+    }
+  }
+  return bad == 0;
+}
+
 }  // namespace nms::detail

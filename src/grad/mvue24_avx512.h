@@ -27,9 +27,9 @@ struct Mvue24Key {
 bool mvue24_rows_avx512(const float* src, int64_t groups, uint64_t gid0, const Mvue24Key& key,
                         float* dense, float* values, uint8_t* indices);
 
-// Groups along columns, for 16 * blocks columns starting at src (blocks <= kColsMaxBlocks): group kk is rows 4kk .. 4kk + 3
-// (row stride ld floats) of each column, kk in [0, group_rows); column l has id
-// kk * cols + col0 + l (cols % 4 == 0, col0 % 4 == 0). Dense: writes the same positions of
+// Groups along columns, for 16 * blocks columns starting at src (blocks <= kColsMaxBlocks): group
+// kk is rows 4kk .. 4kk + 3 (row stride ld floats) of each column, kk in [0, group_rows); column l
+// has id kk * cols + col0 + l (cols % 4 == 0, col0 % 4 == 0). Dense: writes the same positions of
 // `dense` (row stride dense_ld). Compressed (dense == nullptr): column l's values go to
 // values + l * value_ld (2 per group, group kk at 2 kk) and its index nibbles to
 // indices + l * index_ld (group kk in byte kk / 2, low nibble for even kk). Returns false as above.
@@ -38,5 +38,19 @@ bool mvue24_cols_avx512(const float* src, int64_t ld, int64_t group_rows, int64_
                         int64_t cols, int64_t col0, const Mvue24Key& key, float* dense,
                         int64_t dense_ld, float* values, int64_t value_ld, uint8_t* indices,
                         int64_t index_ld);
+
+}  // namespace nms::detail
+
+namespace nms::detail {
+
+// Any n:m MVUE (m <= 64), groups along columns: the operations of mvue_group (group.cpp) for 16
+// columns at a time (water-filling caps and systematic sampling with per-lane masks), bitwise its
+// results. Same arguments and column/id conventions as mvue24_cols_avx512; compressed output
+// writes n values and n `bits`-wide in-group indices per group (canonical fill; the index rows
+// must be zeroed beforehand). Returns false on NaN / Inf input or an overflowing magnitude sum.
+bool mvue_cols_avx512(const float* src, int64_t ld, int n, int m, int64_t group_rows,
+                      int64_t blocks, int64_t cols, int64_t col0, const Mvue24Key& key,
+                      float* dense, int64_t dense_ld, float* values, int64_t value_ld,
+                      uint8_t* indices, int64_t index_ld, int bits);
 
 }  // namespace nms::detail

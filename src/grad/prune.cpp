@@ -163,8 +163,9 @@ struct Job {
   CounterRng rng{0, 0};
   PhiloxSse philox{0, 0};
   Sink sink;
-  bool fast24 = false;  // 2:4 MVUE through a vector kernel (SSE2, or AVX-512 when avx512)
-  bool avx512 = false;  // isa_active() == avx512 and the kernels are built
+  bool fast24 = false;          // 2:4 MVUE through a vector kernel (SSE2, or AVX-512 when avx512)
+  bool avx512 = false;          // isa_active() == avx512 and the kernels are built
+  bool avx512_generic = false;  // MVUE of another pattern, kCols, through mvue_cols_avx512
   detail::Mvue24Key key{};
 };
 
@@ -326,6 +327,26 @@ bool run_strip(const Job& j, int64_t c0, int64_t c1) {
   }
   __m128i bad = _mm_setzero_si128();
   const int64_t groups = j.g.rows() / j.m;
+  if (j.avx512_generic && cols % 4 == 0) {  // any n:m, blocks of 16 columns, then the rest
+    const int64_t blocks = (c1 - c0) / 16;
+    const int64_t c_end = c0 + 16 * blocks;
+    const bool ok = j.sink.dense
+                        ? detail::mvue_cols_avx512(j.g.data() + c0, j.g.ld(), j.n, j.m, groups,
+                                                   blocks, cols, c0, j.key, j.sink.out.data() + c0,
+                                                   j.sink.out.ld(), nullptr, 0, nullptr, 0, 0)
+                        : detail::mvue_cols_avx512(
+                              j.g.data() + c0, j.g.ld(), j.n, j.m, groups, blocks, cols, c0, j.key,
+                              nullptr, 0, j.sink.values + c0 * j.sink.value_cols, j.sink.value_cols,
+                              j.sink.indices + c0 * j.sink.index_row_bytes, j.sink.index_row_bytes,
+                              j.sink.bits);
+    if (!ok) return false;
+    for (int64_t kk = 0; kk < groups; ++kk) {
+      for (int64_t c = c_end; c < c1; ++c) {
+        if (!scalar_group(j, kk * j.m, c, c, kk)) return false;
+      }
+    }
+    return true;
+  }
   if (j.avx512 && cols % 4 == 0) {  // blocks of 16 columns (c0 % 64 == 0), then the rest
     const int64_t blocks = (c1 - c0) / 16;
     const int64_t c_end = c0 + 16 * blocks;
@@ -397,6 +418,8 @@ Job make_job(ConstMatrixViewF g, const GradPruneOptions& o) {
   j.fast24 = o.method == GradMethod::kMvue && (o.pattern == NmPattern{2, 4}) && isa != Isa::kScalar;
 #if defined(NMS_HAVE_AVX512_KERNELS)
   j.avx512 = j.fast24 && isa == Isa::kAvx512;
+  j.avx512_generic =
+      o.method == GradMethod::kMvue && !j.fast24 && isa == Isa::kAvx512 && o.axis == NmAxis::kCols;
 #endif
   j.key = {static_cast<uint32_t>(o.seed), static_cast<uint32_t>(o.seed >> 32),
            static_cast<uint32_t>(o.stream), static_cast<uint32_t>(o.stream >> 32)};
@@ -438,7 +461,7 @@ void run(const Job& j) {
       if (!run_row(j, r)) failed.store(true, std::memory_order_relaxed);
     });
   } else {
-    const int64_t strip = j.avx512 ? kStripAvx512 : kStripSse2;
+    const int64_t strip = j.avx512 || j.avx512_generic ? kStripAvx512 : kStripSse2;
     const int64_t strips = (j.g.cols() + strip - 1) / strip;
     detail::parallel_for(strips, [&](int64_t s) {
       const int64_t c0 = s * strip;

@@ -81,9 +81,11 @@ struct Config {
 };
 
 const Config kConfigs[] = {
-    {GradMethod::kMvue, {1, 2}},   {GradMethod::kMvue, {2, 4}},         {GradMethod::kMvue, {1, 4}},
-    {GradMethod::kMvue, {4, 8}},   {GradMethod::kMvue, {8, 16}},        {GradMethod::kMvue, {3, 5}},
-    {GradMethod::kMvue, {16, 64}}, {GradMethod::kMvueApprox24, {2, 4}}, {GradMethod::kTopN, {2, 4}},
+    {GradMethod::kMvue, {1, 2}},         {GradMethod::kMvue, {2, 4}},
+    {GradMethod::kMvue, {1, 4}},         {GradMethod::kMvue, {4, 8}},
+    {GradMethod::kMvue, {8, 16}},        {GradMethod::kMvue, {3, 5}},
+    {GradMethod::kMvue, {16, 64}},       {GradMethod::kMvue, {1, 1}},
+    {GradMethod::kMvueApprox24, {2, 4}}, {GradMethod::kTopN, {2, 4}},
     {GradMethod::kTopN, {4, 8}},
 };
 
@@ -105,14 +107,20 @@ TEST(GradPrune, MatchesReferenceOnEdgeSizes) {
   const int64_t lens[] = {1, 3, 4, 8, 9, 15, 16, 17, 33, 68, 83};
   const int64_t acrosses[] = {1, 5, 16, 70, 84};
   for (const Config& cfg : kConfigs) {
-    const bool dispatched = cfg.method == GradMethod::kMvue && (cfg.pattern == NmPattern{2, 4});
-    for (Isa isa : dispatched ? isa_levels() : std::vector<Isa>{isa_active()}) {
+    // 2:4 MVUE has scalar, SSE2 (avx2) and AVX-512 paths; other MVUE patterns scalar and AVX-512
+    // (groups along columns); the other methods one path.
+    const bool is24 = cfg.method == GradMethod::kMvue && (cfg.pattern == NmPattern{2, 4});
+    const bool dispatched = cfg.method == GradMethod::kMvue;
+    std::vector<Isa> levels = is24 ? isa_levels() : std::vector<Isa>{isa_active()};
+    if (dispatched && !is24 && isa_supported() == Isa::kAvx512)
+      levels = {Isa::kScalar, Isa::kAvx512};
+    for (Isa isa : levels) {
       ScopedIsa level(isa);
       for (NmAxis axis : {NmAxis::kRows, NmAxis::kCols}) {
         for (int kind = 0; kind < 3; ++kind) {
           for (int64_t groups : lens) {
             for (int64_t across : acrosses) {
-              if (!dispatched && groups > 17 && across > 16) continue;  // one path: fewer sizes
+              if (!is24 && groups > 17 && across > 16) continue;  // fewer large sizes off 2:4
               const int m = cfg.pattern.m;
               const int64_t rows = axis == NmAxis::kRows ? across : groups * m;
               const int64_t cols = axis == NmAxis::kRows ? groups * m : across;

@@ -44,8 +44,11 @@
 // message names the element's (row, col) and value), or a group whose magnitude sum overflows fp32.
 //
 // Complexity: O(rows · cols) time, O(1) extra memory per thread (m <= 64), parallel over rows
-// (kRows) or 16-column strips (kCols). 2:4 kMvue is vectorised; the other cases run a scalar
-// per-group routine (sorting m magnitudes for the water-filling / top-n).
+// (kRows) or column strips (kCols). 2:4 kMvue is vectorised (SSE2, and AVX-512 for both axes);
+// other kMvue patterns along columns (the token axis of dY) run an AVX-512 kernel that performs
+// the per-group routine's float operations in lanes of 16 groups (8192 x 3072 fp32, one thread:
+// 4:8 175 ms compressed / 44 ms dense, from 540 ms); the rest run the scalar per-group routine
+// (sorting m magnitudes for the water-filling / top-n). Every path is bitwise the scalar one.
 #pragma once
 
 #include <cstdint>
