@@ -15,7 +15,7 @@
 #include "core/parallel.h"
 #include "grad/code24.h"
 #include "grad/group.h"
-#include "grad/mvue24_avx512.h"
+#include "grad/mvue_avx512.h"
 #include "nmsparse/core/error.h"
 #include "nmsparse/core/isa.h"
 

@@ -1,7 +1,7 @@
-// AVX-512 MVUE 2:4 kernels (see mvue24_avx512.h). Compiled with -mavx512f/bw/dq/vl and
+// AVX-512 MVUE 2:4 kernels (see mvue_avx512.h). Compiled with -mavx512f/bw/dq/vl and
 // -ffp-contract=off (a contracted multiply-add would round differently from the specification);
 // includes nothing that defines inline functions shared with other translation units.
-#include "grad/mvue24_avx512.h"
+#include "grad/mvue_avx512.h"
 
 #include <immintrin.h>
 

@@ -1,4 +1,4 @@
-// PRIVATE header: the AVX-512 MVUE 2:4 kernels (mvue24_avx512.cpp, the only translation unit
+// PRIVATE header: the AVX-512 MVUE kernels (mvue_avx512.cpp, the only translation unit
 // compiled with AVX-512 flags; callers check isa_active() == Isa::kAvx512 first).
 //
 // They perform the float operations of detail::prune_group for 2:4 MVUE (group.cpp) in the same
