@@ -1,5 +1,5 @@
-// PRIVATE header: the AVX-512 MVUE kernels (mvue_avx512.cpp, the only translation unit
-// compiled with AVX-512 flags; callers check isa_active() == Isa::kAvx512 first).
+// PRIVATE header: the AVX-512 MVUE kernels (mvue_avx512.cpp, a translation unit of its own
+// built with AVX-512 flags; callers check isa_active() == Isa::kAvx512 first).
 //
 // They perform the float operations of detail::prune_group for 2:4 MVUE (group.cpp) in the same
 // order, 16 groups per vector, so results are bit-identical to it; the random word of group gid
