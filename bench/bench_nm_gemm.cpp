@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "nmsparse/core/isa.h"
 #include "nmsparse/core/rng.h"
 #include "nmsparse/core/threading.h"
@@ -22,34 +23,11 @@
 namespace nms {
 namespace {
 
-Matrix random(int64_t rows, int64_t cols, uint64_t seed) {
-  Matrix a(rows, cols);
-  const CounterRng rng(seed, 7);
-  for (int64_t k = 0; k < a.size(); ++k) a.data()[k] = 2.0f * rng.uniform(k) - 1.0f;
-  return a;
-}
-
 Matrix transpose(const Matrix& a) {
   Matrix t(a.cols(), a.rows());
   for (int64_t r = 0; r < a.rows(); ++r)
     for (int64_t c = 0; c < a.cols(); ++c) t(c, r) = a(r, c);
   return t;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
-
-double rel_error(const Matrix& got, const Matrix& ref) {
-  double num = 0.0;
-  double den = 0.0;
-  for (int64_t k = 0; k < ref.size(); ++k) {
-    const double d = double{got.data()[k]} - ref.data()[k];
-    num += d * d;
-    den += double{ref.data()[k]} * ref.data()[k];
-  }
-  return std::sqrt(num / std::max(den, 1e-300));
 }
 
 const NmPattern kPatterns[] = {{2, 4}, {1, 4}, {4, 8}, {8, 16}, {16, 32}};
@@ -67,7 +45,7 @@ void BM_NmGemm(benchmark::State& state) {
   ScopedNumThreads scoped(threads);
   openblas_set_num_threads(threads);
   // W [out, in]; forward: N:M along in (rows of W); backward-data: N:M along out (rows of Wᵀ).
-  Matrix w = random(s.out, s.in, 1);
+  Matrix w = bench::uniform_matrix(s.out, s.in, 1);
   Matrix wt = transpose(w);
   const NmAxis axis = backward ? NmAxis::kCols : NmAxis::kRows;
   if (backward) {
@@ -81,7 +59,7 @@ void BM_NmGemm(benchmark::State& state) {
   // forward: x [T, in] -> y [T, out]; backward-data: dy [T, out] -> dx [T, in].
   const int64_t k_dim = backward ? s.out : s.in;
   const int64_t r_dim = backward ? s.in : s.out;
-  const Matrix x = random(s.tokens, k_dim, 2);
+  const Matrix x = bench::uniform_matrix(s.tokens, k_dim, 2);
   Matrix y_dense(s.tokens, r_dim);
   Matrix y_sparse(s.tokens, r_dim);
   using clock = std::chrono::steady_clock;
@@ -116,13 +94,13 @@ void BM_NmGemm(benchmark::State& state) {
     t_pack.push_back(std::chrono::duration<double>(t3 - t2).count());
     state.SetIterationTime(t_sparse.back());
   }
-  const double dense_ms = median(t_dense) * 1e3;
-  const double sparse_ms = median(t_sparse) * 1e3;
+  const double dense_ms = bench::median(t_dense) * 1e3;
+  const double sparse_ms = bench::median(t_sparse) * 1e3;
   state.counters["dense_ms"] = dense_ms;
   state.counters["sparse_ms"] = sparse_ms;
-  state.counters["pack_ms"] = median(t_pack) * 1e3;
+  state.counters["pack_ms"] = bench::median(t_pack) * 1e3;
   state.counters["speedup"] = dense_ms / sparse_ms;
-  state.counters["max_rel_error"] = rel_error(y_sparse, y_dense);
+  state.counters["max_rel_error"] = bench::max_rel_error(y_sparse, y_dense);
   state.SetLabel(std::string(backward ? "backward_data " : "forward ") + p.to_string() + " T" +
                  std::to_string(s.tokens) + " " + std::to_string(s.in) + "->" +
                  std::to_string(s.out) + " " + std::string(isa_name(isa_active())));

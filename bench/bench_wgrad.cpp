@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "nmsparse/core/isa.h"
 #include "nmsparse/core/rng.h"
 #include "nmsparse/core/threading.h"
@@ -26,30 +27,8 @@
 namespace nms {
 namespace {
 
-Matrix random(int64_t rows, int64_t cols, uint64_t seed) {
-  Matrix a(rows, cols);
-  const CounterRng rng(seed, 7);
-  for (int64_t k = 0; k < a.size(); ++k) a.data()[k] = 2.0f * rng.uniform(k) - 1.0f;
-  return a;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
-
 double best(const std::vector<double>& v) {
   return v.empty() ? 0.0 : *std::min_element(v.begin(), v.end());
-}
-
-double max_rel_error(const Matrix& got, const Matrix& ref) {
-  double err = 0.0;
-  double scale = 0.0;
-  for (int64_t k = 0; k < ref.size(); ++k) {
-    err = std::max(err, std::fabs(double{got.data()[k]} - ref.data()[k]));
-    scale = std::max(scale, std::fabs(double{ref.data()[k]}));
-  }
-  return err / std::max(scale, 1e-300);
 }
 
 const NmPattern kPatterns[] = {{2, 4}, {1, 4}, {8, 16}, {4, 8}};
@@ -66,11 +45,11 @@ void BM_NmWgrad(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(2));
   ScopedNumThreads scoped(threads);
   openblas_set_num_threads(threads);
-  const Matrix g = random(s.tokens, s.out, 1);  // dY [T, out] before pruning
+  const Matrix g = bench::uniform_matrix(s.tokens, s.out, 1);  // dY [T, out] before pruning
   const GradPruneOptions options{GradMethod::kMvue, p, NmAxis::kCols, /*seed=*/3, /*stream=*/1};
   CompressedNm dy = grad_prune_compressed(g.view(), options);
   const Matrix dy_dense = nm_decompress(dy);  // masked dense dY
-  const Matrix x = random(s.tokens, s.in, 2);
+  const Matrix x = bench::uniform_matrix(s.tokens, s.in, 2);
   Matrix dw_dense(s.out, s.in);
   Matrix dw_sparse(s.out, s.in);
   NmWgradWorkspace ws;
@@ -99,16 +78,16 @@ void BM_NmWgrad(benchmark::State& state) {
     t_prune.push_back(std::chrono::duration<double>(t3 - t2).count());
     state.SetIterationTime(t_sparse.back());
   }
-  const double dense_ms = median(t_dense) * 1e3;
-  const double sparse_ms = median(t_sparse) * 1e3;
-  const double prune_ms = median(t_prune) * 1e3;
+  const double dense_ms = bench::median(t_dense) * 1e3;
+  const double sparse_ms = bench::median(t_sparse) * 1e3;
+  const double prune_ms = bench::median(t_prune) * 1e3;
   state.counters["dense_ms"] = dense_ms;
   state.counters["sparse_ms"] = sparse_ms;
   state.counters["prune_ms"] = prune_ms;
   state.counters["speedup"] = dense_ms / sparse_ms;
   state.counters["speedup_best"] = best(t_dense) / best(t_sparse);
   state.counters["speedup_prune"] = dense_ms / (sparse_ms + prune_ms);
-  state.counters["max_rel_error"] = max_rel_error(dw_sparse, dw_dense);
+  state.counters["max_rel_error"] = bench::max_rel_error(dw_sparse, dw_dense);
   state.SetLabel(p.to_string() + " T" + std::to_string(s.tokens) + " " + std::to_string(s.out) +
                  "x" + std::to_string(s.in) + " " + std::string(isa_name(isa_active())));
 }

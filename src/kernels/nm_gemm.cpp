@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/parallel.h"
+#include "core/views_overlap.h"
 #include "kernels/nm_gemm_avx512.h"
 #include "kernels/nm_gemm_layout.h"
 #include "nmsparse/core/error.h"
@@ -14,14 +15,6 @@
 
 namespace nms {
 namespace {
-
-bool overlaps(const float* a, int64_t a_rows, int64_t a_ld, int64_t a_cols, const float* b,
-              int64_t b_rows, int64_t b_ld, int64_t b_cols) {
-  if (a_rows == 0 || a_cols == 0 || b_rows == 0 || b_cols == 0) return false;
-  const float* a_end = a + (a_rows - 1) * a_ld + a_cols;
-  const float* b_end = b + (b_rows - 1) * b_ld + b_cols;
-  return a < b_end && b < a_end;
-}
 
 // Row t of Y: y(t, r) = fma chain over the kept slots of row r of A, in order, from 0.
 void row_scalar(ConstMatrixViewF x, const NmGemmOperand& a, const detail::NmGemmLayout& lay,
@@ -49,8 +42,7 @@ void nm_gemm(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y) {
             a.depth);
   NMS_CHECK(y.rows() == x.rows() && y.cols() == a.rows, "nm_gemm: y is ", y.rows(), " x ", y.cols(),
             ", expected ", x.rows(), " x ", a.rows);
-  NMS_CHECK(!overlaps(x.data(), x.rows(), x.ld(), x.cols(), y.data(), y.rows(), y.ld(), y.cols()),
-            "nm_gemm: y overlaps x");
+  NMS_CHECK(!detail::views_overlap(x, y), "nm_gemm: y overlaps x");
   const detail::NmGemmLayout lay(a.rows, a.depth, a.pattern.n, a.pattern.m);
   NMS_CHECK(a.packed.size() == lay.total_floats(),
             "nm_gemm: the operand is not packed (use nm_gemm_pack)");

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/parallel.h"
+#include "core/views_overlap.h"
 #include "kernels/wgrad/wgrad_kernels.h"
 #include "nmsparse/core/error.h"
 #include "nmsparse/core/isa.h"
@@ -33,14 +34,6 @@ constexpr int64_t kChunkTiles = 32;
 
 int64_t k_block_for(NmPattern p) {
   return std::max<int64_t>(1, kKBlockTarget / p.m) * p.m;
-}
-
-bool overlaps(const float* a, int64_t a_rows, int64_t a_ld, int64_t a_cols, const float* b,
-              int64_t b_rows, int64_t b_ld, int64_t b_cols) {
-  if (a_rows == 0 || a_cols == 0 || b_rows == 0 || b_cols == 0) return false;
-  const float* a_end = a + (a_rows - 1) * a_ld + a_cols;
-  const float* b_end = b + (b_rows - 1) * b_ld + b_cols;
-  return a < b_end && b < a_end;
 }
 
 // Packs X[t0 .. t0 + kc, col0 .. col0 + panels · 64) into `dst` as `panels` consecutive
@@ -96,9 +89,7 @@ void nm_wgrad(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw, NmWgra
   NMS_CHECK(x.rows() == tokens, "nm_wgrad: x has ", x.rows(), " rows (tokens), dY has ", tokens);
   NMS_CHECK(dw.rows() == out && dw.cols() == in, "nm_wgrad: dw is ", dw.rows(), " x ", dw.cols(),
             ", expected [dY cols, x cols] = ", out, " x ", in);
-  NMS_CHECK(
-      !overlaps(x.data(), x.rows(), x.ld(), x.cols(), dw.data(), dw.rows(), dw.ld(), dw.cols()),
-      "nm_wgrad: dw overlaps x");
+  NMS_CHECK(!detail::views_overlap(x, dw), "nm_wgrad: dw overlaps x");
   if (out == 0 || in == 0) return;
   if (tokens == 0) {
     for (int64_t o = 0; o < out; ++o) std::fill(dw.row(o), dw.row(o) + in, 0.0f);
