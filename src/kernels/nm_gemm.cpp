@@ -44,15 +44,16 @@ void nm_gemm(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y) {
             ", expected ", x.rows(), " x ", a.rows);
   NMS_CHECK(!detail::views_overlap(x, y), "nm_gemm: y overlaps x");
   const detail::NmGemmLayout lay(a.rows, a.depth, a.pattern.n, a.pattern.m);
-  NMS_CHECK(a.packed.size() == lay.total_floats(),
-            "nm_gemm: the operand is not packed (use nm_gemm_pack)");
+  NMS_CHECK(
+      a.packed.size() == lay.total_floats() && a.shared.size() == lay.depth_blocks * lay.tiles,
+      "nm_gemm: the operand is not packed (use nm_gemm_pack)");
   const int64_t tokens = x.rows();
   if (tokens == 0 || a.rows == 0) return;
 #if defined(NMS_HAVE_AVX512_KERNELS)
   const Isa isa = isa_active();
   if (isa >= Isa::kAvx2 && a.depth > 0) {
-    const detail::NmGemmArgs args{x.data(),    x.ld(),      a.packed.data(), a.rows, a.depth,
-                                  a.pattern.n, a.pattern.m, y.data(),        y.ld()};
+    const detail::NmGemmArgs args{x.data(), x.ld(),      a.packed.data(), a.shared.data(), a.rows,
+                                  a.depth,  a.pattern.n, a.pattern.m,     y.data(),        y.ld()};
     const int64_t scratch_floats = detail::nm_gemm_avx512_scratch_floats(args);
     // Work items of a few 64-token panels: each owns its rows of Y, so results do not depend on
     // the thread count. Scratch (Xᵀ panels + R x 64 outputs per panel) is per thread and reused.

@@ -91,6 +91,32 @@ inline void micro_tile(const float* entries, int64_t slots, const float* panel, 
   }
 }
 
+// The same when the 6 rows keep the same column at every slot: each panel row is loaded once and
+// feeds the 24 FMAs from registers. The same fused multiply-add chain per element.
+template <bool kFirst>
+inline void micro_tile_shared(const float* entries, int64_t slots, const float* panel, float* yb) {
+  __m512 acc[kNmGemmTileRows][4];
+  for (int l = 0; l < kNmGemmTileRows; ++l) {
+    for (int c = 0; c < 4; ++c) {
+      acc[l][c] = kFirst ? _mm512_setzero_ps() : _mm512_load_ps(yb + l * kNmGemmPanel + 16 * c);
+    }
+  }
+  for (int64_t s = 0; s < slots; ++s) {
+    const float* e = entries + s * 2 * kNmGemmTileRows;
+    int32_t offset;
+    std::memcpy(&offset, e + 1, sizeof(offset));
+    __m512 xv[4];
+    for (int c = 0; c < 4; ++c) xv[c] = _mm512_load_ps(panel + offset + 16 * c);
+    for (int l = 0; l < kNmGemmTileRows; ++l) {
+      const __m512 w = _mm512_set1_ps(e[2 * l]);
+      for (int c = 0; c < 4; ++c) acc[l][c] = _mm512_fmadd_ps(w, xv[c], acc[l][c]);
+    }
+  }
+  for (int l = 0; l < kNmGemmTileRows; ++l) {
+    for (int c = 0; c < 4; ++c) _mm512_store_ps(yb + l * kNmGemmPanel + 16 * c, acc[l][c]);
+  }
+}
+
 // yb[r][t] -> y[t0 + t][r] for t < width, r < rows: 16 x 16 blocks, written around the cache when
 // a block row is a whole aligned line (Y is T x R floats, larger than the caches for training
 // shapes; plain stores read every line first: 9 % of the GEMM at T 8192, 768 -> 3072).
@@ -151,10 +177,13 @@ void nm_gemm_avx512_item(const NmGemmArgs& a, int64_t t0, int64_t width, float* 
       const float* entries = a.packed + lay.entry(tile, first, 0);
       for (int64_t p = 0; p < panels; ++p) {
         float* out = ybuf[p] + tile * kNmGemmTileRows * kNmGemmPanel;
+        const bool shared = a.shared[b * lay.tiles + tile] != 0;
         if (b == 0) {
-          micro_tile<true>(entries, slots, panel[p], out);
+          shared ? micro_tile_shared<true>(entries, slots, panel[p], out)
+                 : micro_tile<true>(entries, slots, panel[p], out);
         } else {
-          micro_tile<false>(entries, slots, panel[p], out);
+          shared ? micro_tile_shared<false>(entries, slots, panel[p], out)
+                 : micro_tile<false>(entries, slots, panel[p], out);
         }
       }
     }

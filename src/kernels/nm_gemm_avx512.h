@@ -9,7 +9,8 @@ namespace nms::detail {
 struct NmGemmArgs {
   const float* x;  // [tokens, depth], row stride ldx
   int64_t ldx;
-  const float* packed;  // nm_gemm_layout.h
+  const float* packed;    // nm_gemm_layout.h
+  const uint8_t* shared;  // per (depth block, tile): the rows keep the same columns (nm_gemm.h)
   int64_t rows, depth;
   int n, m;
   float* y;  // [tokens, rows], row stride ldy

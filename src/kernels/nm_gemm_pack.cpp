@@ -1,4 +1,5 @@
 // nm_gemm_pack: compressed N:M matrix -> the packed operand of nm_gemm (nm_gemm_layout.h).
+#include <algorithm>
 #include <cstring>
 #include <optional>
 
@@ -39,6 +40,29 @@ class IndexReader {
 };
 
 }  // namespace
+
+namespace detail {
+
+// shared[b · tiles + tile] = 1 when every real row of the tile has the same offset as its first
+// row at every slot of depth block b (padding rows hold value 0 and do not matter).
+void mark_shared_tiles(NmGemmOperand& a) {
+  const NmGemmLayout lay(a.rows, a.depth, a.pattern.n, a.pattern.m);
+  const int64_t count = lay.depth_blocks * lay.tiles;
+  if (a.shared.size() != count) a.shared.resize_for_overwrite(count);
+  parallel_for(lay.tiles, [&](int64_t tile) {
+    const int64_t real = std::min<int64_t>(kNmGemmTileRows, a.rows - tile * kNmGemmTileRows);
+    for (int64_t b = 0; b < lay.depth_blocks; ++b) {
+      bool same = true;
+      for (int64_t g = lay.block_first_slot(b); g < lay.block_last_slot(b) && same; ++g) {
+        const float* e = a.packed.data() + lay.entry(tile, g, 0);
+        for (int64_t l = 1; l < real; ++l) same = same && std::memcmp(e + 1, e + 2 * l + 1, 4) == 0;
+      }
+      a.shared.data()[b * lay.tiles + tile] = same ? 1 : 0;
+    }
+  });
+}
+
+}  // namespace detail
 
 void nm_gemm_pack_into(const CompressedNm& c, NmGemmOperand& dst) {
   c.pattern.validate();
@@ -92,6 +116,7 @@ void nm_gemm_pack_into(const CompressedNm& c, NmGemmOperand& dst) {
       }
     }
   });
+  detail::mark_shared_tiles(dst);
 }
 
 NmGemmOperand nm_gemm_pack(const CompressedNm& compressed) {

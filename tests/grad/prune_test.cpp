@@ -28,8 +28,9 @@ bool same_compressed(const CompressedNm& a, const CompressedNm& b) {
          a.values.size() == b.values.size() && a.indices.size() == b.indices.size() &&
          std::memcmp(a.values.data(), b.values.data(),
                      sizeof(float) * static_cast<size_t>(a.values.size())) == 0 &&
-         std::memcmp(a.indices.data(), b.indices.data(), static_cast<size_t>(a.indices.size())) ==
-             0;
+         (a.indices.size() == 0 ||  // m == 1 (1:1): no index bytes, data() may be null
+          std::memcmp(a.indices.data(), b.indices.data(), static_cast<size_t>(a.indices.size())) ==
+              0);
 }
 
 // Test inputs: 0 uniform [-1, 1); 1 integers in [-2, 2] (ties, zeros, all-zero groups);

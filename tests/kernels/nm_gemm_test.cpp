@@ -18,6 +18,8 @@
 #include "nmsparse/core/threading.h"
 #include "nmsparse/format/compressed_nm.h"
 #include "nmsparse/kernels/nm_gemm.h"
+#include "nmsparse/mask/standard.h"
+#include "nmsparse/mask/vectorwise.h"
 #include "testing/expect_error.h"
 #include "testing/random.h"
 
@@ -62,12 +64,11 @@ std::string describe(const Case& c) {
          std::to_string(c.tokens) + " K" + std::to_string(c.depth) + " R" + std::to_string(c.rows);
 }
 
-// Runs one case at every ISA level; checks the tolerance and bitwise equality across levels.
-void check_case(const Case& c, uint64_t seed, int64_t pad = 0) {
+// Runs one case on the N:M matrix d (A = d for kRows, dᵀ for kCols) at every ISA level; checks
+// the tolerance and bitwise equality across levels.
+void check_matrix(const Case& c, const Matrix& d, uint64_t seed, int64_t pad = 0) {
   SCOPED_TRACE(describe(c));
   const bool fwd = c.axis == NmAxis::kRows;
-  const Matrix d = fwd ? random_nm(c.rows, c.depth, c.pattern, c.axis, seed)
-                       : random_nm(c.depth, c.rows, c.pattern, c.axis, seed);
   const CompressedNm comp = nm_compress(d.view(), c.pattern, c.axis);
   const NmGemmOperand a = nm_gemm_pack(comp);
   ASSERT_EQ(a.rows, c.rows);
@@ -113,6 +114,14 @@ void check_case(const Case& c, uint64_t seed, int64_t pad = 0) {
   }
 }
 
+void check_case(const Case& c, uint64_t seed, int64_t pad = 0) {
+  const bool fwd = c.axis == NmAxis::kRows;
+  check_matrix(c,
+               fwd ? random_nm(c.rows, c.depth, c.pattern, c.axis, seed)
+                   : random_nm(c.depth, c.rows, c.pattern, c.axis, seed),
+               seed, pad);
+}
+
 TEST(NmGemm, PatternsOnTileEdges) {
   // Tiles: 6 rows of A, 64 tokens per panel, 16 x 16 transposes, depth blocks of the largest
   // multiple of m <= kNmGemmMaxDepthBlock.
@@ -139,6 +148,26 @@ TEST(NmGemm, PatternsOnTileEdges) {
 TEST(NmGemm, LongRows) {
   check_case({70, 1040, 40, {2, 4}, NmAxis::kRows}, 5);
   check_case({10, 1552, 65, {8, 16}, NmAxis::kCols}, 6, 5);
+}
+
+TEST(NmGemm, SharedColumnsTakeTheReusePathWithTheSameResults) {
+  // A vector-wise mask with blocks of 12 rows: every tile of 6 rows keeps the same columns in
+  // every depth block, so the kernel loads each panel row once per tile (nm_gemm.h); results are
+  // still bitwise the scalar path's. Rows 37 (a padding row in the last tile) and 1:4, 2:4, 8:16.
+  uint64_t seed = 500;
+  for (NmPattern p : {NmPattern{2, 4}, NmPattern{1, 4}, NmPattern{8, 16}}) {
+    Matrix w = testing::random_matrix(37, 192, seed++);
+    Matrix scores(37, 192);
+    for (int64_t k = 0; k < w.size(); ++k) scores.data()[k] = std::fabs(w.data()[k]);
+    apply_mask(w.view(), mask_nm_vectorwise(scores.view(), p, 12));
+    const NmGemmOperand a = nm_gemm_pack(nm_compress(w.view(), p));
+    for (int64_t k = 0; k < a.shared.size(); ++k) ASSERT_EQ(a.shared.data()[k], 1) << k;
+    check_matrix({70, 192, 37, p, NmAxis::kRows}, w, seed++, 2);
+  }
+  // A per-row mask of random data shares nothing.
+  const Matrix d = random_nm(12, 64, {2, 4}, NmAxis::kRows, 9);
+  const NmGemmOperand b = nm_gemm_pack(nm_compress(d.view(), {2, 4}));
+  for (int64_t k = 0; k < b.shared.size(); ++k) EXPECT_EQ(b.shared.data()[k], 0) << k;
 }
 
 TEST(NmGemm, SameBitsForOneAndTwoThreads) {
