@@ -24,6 +24,7 @@
 #include "nmsparse/kernels/nm_wgrad.h"
 #include "nmsparse/mask/standard.h"
 #include "nmsparse/mask/transposable.h"
+#include "nmsparse/mask/vectorwise.h"
 #include "report.h"
 
 #if defined(NMS_HAVE_OPENBLAS)
@@ -39,6 +40,7 @@ struct KernelBenchOptions {
   std::vector<std::string> shapes;  // TxINxOUT
   std::string gemms = "forward,backward_data,weight_grad,layer_step";
   bool llama3_8b_block = false;
+  int64_t vectorwise = 0;  // > 0: W gets a vector-wise mask with blocks of this many rows
   int repeats = 5;
 };
 
@@ -144,8 +146,9 @@ struct LayerBench {
   NmWgradWorkspace ws;
   Matrix y_dense, y_sparse, dx_dense, dx_sparse, dw_dense, dw_sparse;
   GradPruneOptions mvue;
+  bool forward_only = false;
 
-  LayerBench(const LayerShape& shape, NmPattern pattern)
+  LayerBench(const LayerShape& shape, NmPattern pattern, int64_t vectorwise)
       : s(shape),
         p(pattern),
         w(uniform_matrix(shape.out, shape.in, 1)),
@@ -157,10 +160,12 @@ struct LayerBench {
         dx_sparse(shape.tokens, shape.in),
         dw_dense(shape.out, shape.in),
         dw_sparse(shape.out, shape.in),
-        mvue{GradMethod::kMvue, pattern, NmAxis::kCols, 7, tensor_stream_id("dY")} {
+        mvue{GradMethod::kMvue, pattern, NmAxis::kCols, 7, tensor_stream_id("dY")},
+        forward_only(vectorwise > 0) {
     Matrix scores(shape.out, shape.in);
     for (int64_t k = 0; k < w.size(); ++k) scores.data()[k] = std::fabs(w.data()[k]);
-    apply_mask(w.view(), mask_transposable_exact(scores.view(), p).mask);
+    apply_mask(w.view(), vectorwise > 0 ? mask_nm_vectorwise(scores.view(), p, vectorwise)
+                                        : mask_transposable_exact(scores.view(), p).mask);
     compress_weights();
     dy_pruned = grad_prune(dy.view(), mvue);
     grad_prune_compressed_into(dy.view(), mvue, dy_comp);
@@ -169,9 +174,11 @@ struct LayerBench {
   // Per step: W -> compressed W and Wᵀ, packed for the kernels.
   void compress_weights() {
     nm_compress_into(w.view(), p, NmAxis::kRows, w_rows);
-    nm_compress_into(w.view(), p, NmAxis::kCols, w_cols);
     nm_gemm_pack_into(w_rows, w_fwd);
-    nm_gemm_pack_into(w_cols, w_bwd);
+    if (!forward_only) {  // a vector-wise W is N:M along in only
+      nm_compress_into(w.view(), p, NmAxis::kCols, w_cols);
+      nm_gemm_pack_into(w_cols, w_bwd);
+    }
   }
 
   void dense_forward() {
@@ -246,6 +253,9 @@ int run_bench_kernels(const KernelBenchOptions& o) {
   for (const std::string& t : split_commas(o.nm)) patterns.push_back(NmPattern::parse(t));
   NMS_CHECK(!patterns.empty(), "--nm lists no pattern");
   const std::vector<std::string> gemms = split_commas(o.gemms);
+  NMS_CHECK(o.vectorwise >= 0, "--vectorwise ", o.vectorwise, " must be >= 0");
+  NMS_CHECK(o.vectorwise == 0 || (gemms.size() == 1 && gemms[0] == "forward"),
+            "--vectorwise masks W along in only: use it with --gemms forward");
   for (const std::string& g : gemms) {
     NMS_CHECK(g == "forward" || g == "backward_data" || g == "weight_grad" || g == "layer_step",
               "--gemms: '", g, "' is not one of forward, backward_data, weight_grad, layer_step");
@@ -264,7 +274,7 @@ int run_bench_kernels(const KernelBenchOptions& o) {
   for (const LayerShape& s : shapes) {
     for (NmPattern p : patterns) {
       progress.step(s.name + " " + p.to_string());
-      LayerBench b(s, p);
+      LayerBench b(s, p, o.vectorwise);
       std::vector<Result> rs;
       for (const std::string& g : gemms) {
         Result r;
@@ -307,17 +317,20 @@ int run_bench_kernels(const KernelBenchOptions& o) {
                            std::to_string(s.out),
                        format_fixed(r.dense_s * 1e3, 1), format_fixed(r.sparse_s * 1e3, 1),
                        format_fixed(speedup, 2) + "x", scientific(r.error)});
-        results.push_back({{"gemm", r.gemm},
-                           {"layer", s.name},
-                           {"pattern", p.to_string()},
-                           {"tokens", s.tokens},
-                           {"in", s.in},
-                           {"out", s.out},
-                           {"threads", threads},
-                           {"dense_ms", r.dense_s * 1e3},
-                           {"sparse_ms", r.sparse_s * 1e3},
-                           {"speedup", speedup},
-                           {"max_rel_error", r.error}});
+        results.push_back(
+            {{"gemm", r.gemm},
+             {"layer", s.name},
+             {"pattern", p.to_string()},
+             {"mask", o.vectorwise > 0 ? "vectorwise(" + std::to_string(o.vectorwise) + " rows)"
+                                       : std::string("transposable")},
+             {"tokens", s.tokens},
+             {"in", s.in},
+             {"out", s.out},
+             {"threads", threads},
+             {"dense_ms", r.dense_s * 1e3},
+             {"sparse_ms", r.sparse_s * 1e3},
+             {"speedup", speedup},
+             {"max_rel_error", r.error}});
       }
     }
   }
@@ -372,6 +385,10 @@ void add_bench_kernels_subcommand(CLI::App& bench, int& exit_code) {
   cmd->add_flag("--llama3-8b-block", o->llama3_8b_block,
                 "Add the 7 linear layers of a LLaMA-3-8B block at 2048 tokens (q, k, v, o, gate, "
                 "up, down)");
+  cmd->add_option("--vectorwise", o->vectorwise,
+                  "Give W a vector-wise N:M mask (mask_nm_vectorwise) with blocks of this many "
+                  "rows instead of a transposable one; with --gemms forward only. Blocks of a "
+                  "multiple of 6 rows let nm_gemm reuse each loaded panel row for 6 rows");
   cmd->add_option("--gemms", o->gemms,
                   "Comma list of: forward, backward_data, weight_grad, "
                   "layer_step")
