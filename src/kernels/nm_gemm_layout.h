@@ -18,7 +18,7 @@ namespace nms {
 
 inline constexpr int64_t kNmGemmTileRows = 6;  // rows of A per micro-tile (6 x 4 accumulators)
 inline constexpr int64_t kNmGemmPanel = 64;    // tokens per panel: 4 zmm of 16 lanes
-inline constexpr int64_t kNmGemmMaxDepthBlock = 64;  // 64 x 64 floats = 16 KB panel, in L1
+inline constexpr int64_t kNmGemmMaxDepthBlock = 128;  // 128 x 64 floats = 32 KB panel, in L1
 
 namespace detail {
 
