@@ -455,7 +455,7 @@ inline void emit_generic(const __m512* out, int n, int m, int bits, float* v, in
       const int i = __builtin_ctzll(kept);
       kept &= kept - 1;
       vals[k] = tmp[i][l];
-      if (bits == 0) continue;  // m == 1: no index bits
+      if (bits == 0) continue;                 // m == 1: no index bits
       const int64_t bit = (slot0 + k) * bits;  // <= 6 bits: at most two bytes
       const unsigned shifted = static_cast<unsigned>(i) << (bit & 7);
       row[bit >> 3] = static_cast<uint8_t>(row[bit >> 3] | shifted);

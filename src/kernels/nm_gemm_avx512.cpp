@@ -66,7 +66,9 @@ void pack_panel(const NmGemmArgs& a, int64_t t0, int64_t width_t, int64_t k0, in
 }
 
 // One micro-tile: 6 rows of A x 64 tokens over `slots` entries (12 floats each); yb[l][64].
-template <bool kFirst>
+// kShared: the 6 rows keep the same column at every slot, so each panel row is loaded once and
+// feeds the 24 FMAs from registers. Either way the same fused multiply-add chain per element.
+template <bool kFirst, bool kShared>
 inline void micro_tile(const float* entries, int64_t slots, const float* panel, float* yb) {
   __m512 acc[kNmGemmTileRows][4];
   for (int l = 0; l < kNmGemmTileRows; ++l) {
@@ -76,40 +78,25 @@ inline void micro_tile(const float* entries, int64_t slots, const float* panel, 
   }
   for (int64_t s = 0; s < slots; ++s) {
     const float* e = entries + s * 2 * kNmGemmTileRows;
-    for (int l = 0; l < kNmGemmTileRows; ++l) {
-      const __m512 w = _mm512_set1_ps(e[2 * l]);
+    if constexpr (kShared) {
       int32_t offset;
-      std::memcpy(&offset, e + 2 * l + 1, sizeof(offset));
-      const float* p = panel + offset;
-      for (int c = 0; c < 4; ++c) {
-        acc[l][c] = _mm512_fmadd_ps(w, _mm512_load_ps(p + 16 * c), acc[l][c]);
+      std::memcpy(&offset, e + 1, sizeof(offset));
+      __m512 xv[4];
+      for (int c = 0; c < 4; ++c) xv[c] = _mm512_load_ps(panel + offset + 16 * c);
+      for (int l = 0; l < kNmGemmTileRows; ++l) {
+        const __m512 w = _mm512_set1_ps(e[2 * l]);
+        for (int c = 0; c < 4; ++c) acc[l][c] = _mm512_fmadd_ps(w, xv[c], acc[l][c]);
       }
-    }
-  }
-  for (int l = 0; l < kNmGemmTileRows; ++l) {
-    for (int c = 0; c < 4; ++c) _mm512_store_ps(yb + l * kNmGemmPanel + 16 * c, acc[l][c]);
-  }
-}
-
-// The same when the 6 rows keep the same column at every slot: each panel row is loaded once and
-// feeds the 24 FMAs from registers. The same fused multiply-add chain per element.
-template <bool kFirst>
-inline void micro_tile_shared(const float* entries, int64_t slots, const float* panel, float* yb) {
-  __m512 acc[kNmGemmTileRows][4];
-  for (int l = 0; l < kNmGemmTileRows; ++l) {
-    for (int c = 0; c < 4; ++c) {
-      acc[l][c] = kFirst ? _mm512_setzero_ps() : _mm512_load_ps(yb + l * kNmGemmPanel + 16 * c);
-    }
-  }
-  for (int64_t s = 0; s < slots; ++s) {
-    const float* e = entries + s * 2 * kNmGemmTileRows;
-    int32_t offset;
-    std::memcpy(&offset, e + 1, sizeof(offset));
-    __m512 xv[4];
-    for (int c = 0; c < 4; ++c) xv[c] = _mm512_load_ps(panel + offset + 16 * c);
-    for (int l = 0; l < kNmGemmTileRows; ++l) {
-      const __m512 w = _mm512_set1_ps(e[2 * l]);
-      for (int c = 0; c < 4; ++c) acc[l][c] = _mm512_fmadd_ps(w, xv[c], acc[l][c]);
+    } else {
+      for (int l = 0; l < kNmGemmTileRows; ++l) {
+        const __m512 w = _mm512_set1_ps(e[2 * l]);
+        int32_t offset;
+        std::memcpy(&offset, e + 2 * l + 1, sizeof(offset));
+        const float* p = panel + offset;
+        for (int c = 0; c < 4; ++c) {
+          acc[l][c] = _mm512_fmadd_ps(w, _mm512_load_ps(p + 16 * c), acc[l][c]);
+        }
+      }
     }
   }
   for (int l = 0; l < kNmGemmTileRows; ++l) {
@@ -179,11 +166,11 @@ void nm_gemm_avx512_item(const NmGemmArgs& a, int64_t t0, int64_t width, float* 
         float* out = ybuf[p] + tile * kNmGemmTileRows * kNmGemmPanel;
         const bool shared = a.shared[b * lay.tiles + tile] != 0;
         if (b == 0) {
-          shared ? micro_tile_shared<true>(entries, slots, panel[p], out)
-                 : micro_tile<true>(entries, slots, panel[p], out);
+          shared ? micro_tile<true, true>(entries, slots, panel[p], out)
+                 : micro_tile<true, false>(entries, slots, panel[p], out);
         } else {
-          shared ? micro_tile_shared<false>(entries, slots, panel[p], out)
-                 : micro_tile<false>(entries, slots, panel[p], out);
+          shared ? micro_tile<false, true>(entries, slots, panel[p], out)
+                 : micro_tile<false, false>(entries, slots, panel[p], out);
         }
       }
     }
