@@ -5,7 +5,7 @@
 // NMSPARSE_ISA=scalar|avx2|avx512 or by set_isa(). Every level computes bit-identical results;
 // `scalar` selects the plain reference code paths.
 //   avx512  AVX-512 F + BW + DQ + VL (Skylake-SP, Ice Lake, Sapphire Rapids, Zen 4)
-//   avx2    AVX2 + FMA + BMI2 (kernels without an AVX2 version use their SSE2 baseline)
+//   avx2    AVX2 + FMA + BMI2 (kernels without an AVX2 version run their SSE2 or scalar path)
 //   scalar  no SIMD-specific code
 #pragma once
 
