@@ -37,6 +37,18 @@ void row_scalar(ConstMatrixViewF x, const NmGemmOperand& a, const detail::NmGemm
 
 }  // namespace
 
+int64_t nm_gemm_scratch_bytes(const NmGemmOperand& a) {
+#if defined(NMS_HAVE_AVX512_KERNELS)
+  if (isa_active() >= Isa::kAvx2 && a.depth > 0 && a.rows > 0) {
+    const detail::NmGemmArgs args{nullptr, 0,           nullptr,     nullptr, a.rows,
+                                  a.depth, a.pattern.n, a.pattern.m, nullptr, 0};
+    return detail::nm_gemm_avx512_scratch_floats(args) * static_cast<int64_t>(sizeof(float));
+  }
+#endif
+  (void)a;
+  return 0;
+}
+
 void nm_gemm(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y) {
   NMS_CHECK(x.cols() == a.depth, "nm_gemm: x has ", x.cols(), " columns, the operand's depth is ",
             a.depth);

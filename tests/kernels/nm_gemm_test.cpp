@@ -187,6 +187,21 @@ TEST(NmGemm, SameBitsForOneAndTwoThreads) {
   EXPECT_EQ(std::memcmp(y1.data(), y2.data(), sizeof(float) * y1.size()), 0);
 }
 
+TEST(NmGemm, ScratchBytes) {
+  const Matrix d = random_nm(100, 256, {2, 4}, NmAxis::kRows, 7);
+  const NmGemmOperand a = nm_gemm_pack(nm_compress(d.view(), {2, 4}));
+  {
+    ScopedIsa level(Isa::kScalar);
+    EXPECT_EQ(nm_gemm_scratch_bytes(a), 0);
+  }
+  if (isa_supported() >= Isa::kAvx2) {
+    // The Xᵀ panel (kNmGemmMaxDepthBlock x 64) and 102 output rows (17 tiles, rounded up to 112)
+    // x 64 floats.
+    ScopedIsa level(Isa::kAvx2);
+    EXPECT_EQ(nm_gemm_scratch_bytes(a), 4 * (kNmGemmMaxDepthBlock + 112) * kNmGemmPanel);
+  }
+}
+
 TEST(NmGemm, PackIntoReusesBuffers) {
   const Matrix d = random_nm(64, 64, {2, 4}, NmAxis::kRows, 8);
   NmGemmOperand a;

@@ -72,4 +72,9 @@ void nm_gemm_pack_into(const CompressedNm& compressed, NmGemmOperand& dst);
 // x and y span must not overlap (checked; views into the same rows of one buffer are refused).
 void nm_gemm(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y);
 
+// Scratch nm_gemm keeps per worker thread for this operand at the active ISA level (the Xᵀ panel
+// and one output panel of R x 64 floats; 0 on the scalar path). It is allocated on first use and
+// reused by later calls on the same thread.
+int64_t nm_gemm_scratch_bytes(const NmGemmOperand& a);
+
 }  // namespace nms
