@@ -112,6 +112,8 @@ void nm_wgrad(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw, NmWgra
   if (isa == Isa::kAvx512) {
     tile_fn = detail::wgrad_tile_avx512;
     decode_fn = detail::wgrad_decode_avx512;
+  } else if (isa == Isa::kAvx2) {
+    tile_fn = detail::wgrad_tile_avx2;  // the scalar decoder: decoding is a small share here
   }
 #endif
   (void)isa;

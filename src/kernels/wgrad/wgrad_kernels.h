@@ -64,8 +64,10 @@ struct WgradTileArgs {
 };
 using WgradTileFn = void (*)(const WgradTileArgs& t);
 
-// The scalar specification (std::fma per term) and the AVX-512 kernel (bitwise the same result).
+// The scalar specification (std::fma per term) and the AVX2 and AVX-512 kernels (bitwise the
+// same result).
 void wgrad_tile_scalar(const WgradTileArgs& t);
+void wgrad_tile_avx2(const WgradTileArgs& t);
 void wgrad_tile_avx512(const WgradTileArgs& t);
 
 }  // namespace nms::detail
