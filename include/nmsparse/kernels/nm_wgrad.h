@@ -25,8 +25,8 @@
 // Results: every dW element is the fused multiply-add chain over its row's slots in order
 // (padding included), starting from +0.0. That order does not depend on the K-block, the tiling,
 // the thread count or the ISA level: results are bitwise identical for any thread count and at
-// every level (scalar: std::fma over the same decoded tiles; avx2 runs the scalar path; avx512 the
-// micro-kernel above). The error against the exact product is at most γ_k Σ_s |dy_s x_s| per
+// every level (scalar: std::fma over the same decoded tiles; avx2 an AVX2+FMA micro-tile; avx512
+// the micro-kernel above). The error against the exact product is at most γ_k Σ_s |dy_s x_s| per
 // element, γ_k = k u / (1 - k u), u = 2^-24, k = T / m · n.
 // Threads: work items are disjoint blocks of dW (row ranges of whole tiles or column ranges of
 // whole panels); each walks every K-block in order. No reduction across threads.
