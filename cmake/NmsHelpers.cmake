@@ -34,3 +34,23 @@ function(nms_add_benchmark)
   target_include_directories(${ARG_NAME} PRIVATE ${PROJECT_SOURCE_DIR}/src)
   nms_target_warnings(${ARG_NAME})
 endfunction()
+
+# nms_isa_sources(avx512|avx2 <files...>): adds sources of the nmsparse library that are compiled
+# with that instruction set (run only after the runtime check of nmsparse/core/isa.h), on x86-64
+# only. -ffp-contract=off: only the explicit fused multiply-adds, so every level rounds like the
+# scalar specification. (-Wno-maybe-uninitialized: GCC 12 false positives in avx512fintrin.h, GCC
+# bug 105593.)
+function(nms_isa_sources isa)
+  if(NOT CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
+    return()
+  endif()
+  if(isa STREQUAL "avx512")
+    set(flags -mavx512f -mavx512bw -mavx512dq -mavx512vl -ffp-contract=off -Wno-maybe-uninitialized)
+  elseif(isa STREQUAL "avx2")
+    set(flags -mavx2 -mfma -ffp-contract=off)
+  else()
+    message(FATAL_ERROR "nms_isa_sources: unknown ISA '${isa}'")
+  endif()
+  target_sources(nmsparse PRIVATE ${ARGN})
+  set_source_files_properties(${ARGN} TARGET_DIRECTORY nmsparse PROPERTIES COMPILE_OPTIONS "${flags}")
+endfunction()
