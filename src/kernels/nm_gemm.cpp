@@ -40,9 +40,8 @@ void row_scalar(ConstMatrixViewF x, const NmGemmOperand& a, const detail::NmGemm
 int64_t nm_gemm_scratch_bytes(const NmGemmOperand& a) {
 #if defined(NMS_HAVE_AVX512_KERNELS)
   if (isa_active() >= Isa::kAvx2 && a.depth > 0 && a.rows > 0) {
-    const detail::NmGemmArgs args{nullptr, 0,           nullptr,     nullptr, a.rows,
-                                  a.depth, a.pattern.n, a.pattern.m, nullptr, 0};
-    return detail::nm_gemm_avx512_scratch_floats(args) * static_cast<int64_t>(sizeof(float));
+    const detail::NmGemmLayout lay(a.rows, a.depth, a.pattern.n, a.pattern.m);
+    return lay.scratch_floats() * static_cast<int64_t>(sizeof(float));
   }
 #endif
   (void)a;
@@ -66,19 +65,19 @@ void nm_gemm(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y) {
   if (isa >= Isa::kAvx2 && a.depth > 0) {
     const detail::NmGemmArgs args{x.data(), x.ld(),      a.packed.data(), a.shared.data(), a.rows,
                                   a.depth,  a.pattern.n, a.pattern.m,     y.data(),        y.ld()};
-    const int64_t scratch_floats = detail::nm_gemm_avx512_scratch_floats(args);
-    // Work items of a few 64-token panels: each owns its rows of Y, so results do not depend on
-    // the thread count. Scratch (Xᵀ panels + R x 64 outputs per panel) is per thread and reused.
-    constexpr int64_t kItem = kNmGemmPanel * detail::kNmGemmPanelsPerItem;
-    detail::parallel_for((tokens + kItem - 1) / kItem, [&](int64_t i) {
+    const int64_t scratch_floats = lay.scratch_floats();
+    // Work items of one 64-token panel: each owns its rows of Y, so results do not depend on the
+    // thread count. (Two panels per item, sharing each tile's entries in L1, measured no faster.)
+    // Scratch (Xᵀ panel + R x 64 outputs) is per thread and reused.
+    detail::parallel_for((tokens + kNmGemmPanel - 1) / kNmGemmPanel, [&](int64_t i) {
       thread_local AlignedBuffer<float> scratch;
       if (scratch.size() < scratch_floats) scratch.resize_for_overwrite(scratch_floats);
-      const int64_t t0 = i * kItem;
-      const int64_t width = std::min(kItem, tokens - t0);
+      const int64_t t0 = i * kNmGemmPanel;
+      const int64_t width = std::min(kNmGemmPanel, tokens - t0);
       if (isa == Isa::kAvx512) {
-        detail::nm_gemm_avx512_item(args, t0, width, scratch.data());
+        detail::nm_gemm_avx512_panel(args, t0, width, scratch.data());
       } else {
-        detail::nm_gemm_avx2_item(args, t0, width, scratch.data());
+        detail::nm_gemm_avx2_panel(args, t0, width, scratch.data());
       }
     });
     return;

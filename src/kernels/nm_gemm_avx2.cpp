@@ -101,34 +101,31 @@ void store_transposed(const NmGemmArgs& a, int64_t t0, int64_t width, const floa
 
 }  // namespace
 
-void nm_gemm_avx2_item(const NmGemmArgs& a, int64_t t0, int64_t width, float* scratch) {
+void nm_gemm_avx2_panel(const NmGemmArgs& a, int64_t t0, int64_t width, float* scratch) {
   const NmGemmLayout lay(a.rows, a.depth, a.n, a.m);
-  const int64_t out_rows = (lay.tiles * kNmGemmTileRows + 15) / 16 * 16;
   float* panel = scratch;
-  float* yb = scratch + kNmGemmPanelsPerItem * kNmGemmMaxDepthBlock * kNmGemmPanel;
+  float* yb = scratch + kNmGemmMaxDepthBlock * kNmGemmPanel;  // [out_rows][64]
+  const int64_t out_rows = (lay.tiles * kNmGemmTileRows + 15) / 16 * 16;
   for (int64_t r = lay.tiles * kNmGemmTileRows; r < out_rows; ++r) {  // read by the transposes
     for (int c = 0; c < 8; ++c) _mm256_store_ps(yb + r * kNmGemmPanel + 8 * c, _mm256_setzero_ps());
   }
-  for (int64_t start = 0; start < width; start += kNmGemmPanel) {
-    const int64_t w = width - start < kNmGemmPanel ? width - start : kNmGemmPanel;
-    for (int64_t b = 0; b < lay.depth_blocks; ++b) {
-      pack_panel(a, t0 + start, w, b * lay.depth_block, lay.block_width(b), panel);
-      const int64_t first = lay.block_first_slot(b);
-      const int64_t slots = lay.block_last_slot(b) - first;
-      for (int64_t tile = 0; tile < lay.tiles; ++tile) {
-        const float* entries = a.packed + lay.entry(tile, first, 0);
-        float* out = yb + tile * kNmGemmTileRows * kNmGemmPanel;
-        for (int64_t q = 0; q < w; q += 16) {
-          if (b == 0) {
-            micro_tile<true>(entries, slots, panel + q, out + q);
-          } else {
-            micro_tile<false>(entries, slots, panel + q, out + q);
-          }
+  for (int64_t b = 0; b < lay.depth_blocks; ++b) {
+    pack_panel(a, t0, width, b * lay.depth_block, lay.block_width(b), panel);
+    const int64_t first = lay.block_first_slot(b);
+    const int64_t slots = lay.block_last_slot(b) - first;
+    for (int64_t tile = 0; tile < lay.tiles; ++tile) {
+      const float* entries = a.packed + lay.entry(tile, first, 0);
+      float* out = yb + tile * kNmGemmTileRows * kNmGemmPanel;
+      for (int64_t q = 0; q < width; q += 16) {
+        if (b == 0) {
+          micro_tile<true>(entries, slots, panel + q, out + q);
+        } else {
+          micro_tile<false>(entries, slots, panel + q, out + q);
         }
       }
     }
-    store_transposed(a, t0 + start, w, yb);
   }
+  store_transposed(a, t0, width, yb);
 }
 
 }  // namespace nms::detail

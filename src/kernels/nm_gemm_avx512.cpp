@@ -129,57 +129,33 @@ void store_transposed(const NmGemmArgs& a, int64_t t0, int64_t width, const floa
 
 }  // namespace
 
-int64_t nm_gemm_avx512_scratch_floats(const NmGemmArgs& a) {
+void nm_gemm_avx512_panel(const NmGemmArgs& a, int64_t t0, int64_t width, float* scratch) {
   const NmGemmLayout lay(a.rows, a.depth, a.n, a.m);
+  float* panel = scratch;
+  float* yb = scratch + kNmGemmMaxDepthBlock * kNmGemmPanel;  // [out_rows][64]
   const int64_t out_rows = (lay.tiles * kNmGemmTileRows + 15) / 16 * 16;
-  return kNmGemmPanelsPerItem * (kNmGemmMaxDepthBlock + out_rows) * kNmGemmPanel;
-}
-
-void nm_gemm_avx512_item(const NmGemmArgs& a, int64_t t0, int64_t width, float* scratch) {
-  const NmGemmLayout lay(a.rows, a.depth, a.n, a.m);
-  const int64_t out_rows = (lay.tiles * kNmGemmTileRows + 15) / 16 * 16;
-  const int64_t panels = (width + kNmGemmPanel - 1) / kNmGemmPanel;
-  float* panel[kNmGemmPanelsPerItem];
-  float* ybuf[kNmGemmPanelsPerItem];
-  for (int64_t p = 0; p < kNmGemmPanelsPerItem; ++p) {
-    panel[p] = scratch + p * kNmGemmMaxDepthBlock * kNmGemmPanel;
-    ybuf[p] = scratch + kNmGemmPanelsPerItem * kNmGemmMaxDepthBlock * kNmGemmPanel +
-              p * out_rows * kNmGemmPanel;
-    for (int64_t r = lay.tiles * kNmGemmTileRows; r < out_rows; ++r) {  // read by the transposes
-      for (int c = 0; c < 4; ++c) {
-        _mm512_store_ps(ybuf[p] + r * kNmGemmPanel + 16 * c, _mm512_setzero_ps());
-      }
-    }
+  for (int64_t r = lay.tiles * kNmGemmTileRows; r < out_rows; ++r) {  // read by the transposes
+    for (int c = 0; c < 4; ++c)
+      _mm512_store_ps(yb + r * kNmGemmPanel + 16 * c, _mm512_setzero_ps());
   }
   for (int64_t b = 0; b < lay.depth_blocks; ++b) {
-    for (int64_t p = 0; p < panels; ++p) {
-      const int64_t w =
-          width - p * kNmGemmPanel < kNmGemmPanel ? width - p * kNmGemmPanel : kNmGemmPanel;
-      pack_panel(a, t0 + p * kNmGemmPanel, w, b * lay.depth_block, lay.block_width(b), panel[p]);
-    }
+    pack_panel(a, t0, width, b * lay.depth_block, lay.block_width(b), panel);
     const int64_t first = lay.block_first_slot(b);
     const int64_t slots = lay.block_last_slot(b) - first;
-    for (int64_t tile = 0; tile < lay.tiles;
-         ++tile) {  // the tile's entries stay in L1 across panels
+    for (int64_t tile = 0; tile < lay.tiles; ++tile) {
       const float* entries = a.packed + lay.entry(tile, first, 0);
-      for (int64_t p = 0; p < panels; ++p) {
-        float* out = ybuf[p] + tile * kNmGemmTileRows * kNmGemmPanel;
-        const bool shared = a.shared[b * lay.tiles + tile] != 0;
-        if (b == 0) {
-          shared ? micro_tile<true, true>(entries, slots, panel[p], out)
-                 : micro_tile<true, false>(entries, slots, panel[p], out);
-        } else {
-          shared ? micro_tile<false, true>(entries, slots, panel[p], out)
-                 : micro_tile<false, false>(entries, slots, panel[p], out);
-        }
+      float* out = yb + tile * kNmGemmTileRows * kNmGemmPanel;
+      const bool shared = a.shared[b * lay.tiles + tile] != 0;
+      if (b == 0) {
+        shared ? micro_tile<true, true>(entries, slots, panel, out)
+               : micro_tile<true, false>(entries, slots, panel, out);
+      } else {
+        shared ? micro_tile<false, true>(entries, slots, panel, out)
+               : micro_tile<false, false>(entries, slots, panel, out);
       }
     }
   }
-  for (int64_t p = 0; p < panels; ++p) {
-    const int64_t w =
-        width - p * kNmGemmPanel < kNmGemmPanel ? width - p * kNmGemmPanel : kNmGemmPanel;
-    store_transposed(a, t0 + p * kNmGemmPanel, w, ybuf[p]);
-  }
+  store_transposed(a, t0, width, yb);
   _mm_sfence();  // streaming stores ordered before the caller's synchronisation
 }
 

@@ -17,19 +17,12 @@ struct NmGemmArgs {
   int64_t ldy;
 };
 
-// Tokens per call: this many 64-token panels share each tile's entries while they are in L1.
-inline constexpr int64_t kNmGemmPanelsPerItem = 1;
+// Rows [t0, t0 + width) of Y, width <= kNmGemmPanel: every output element is the fused
+// multiply-add chain over its kept slots in order from 0, bitwise the scalar path's result.
+// `scratch`: 64-byte aligned, NmGemmLayout::scratch_floats() floats.
+void nm_gemm_avx512_panel(const NmGemmArgs& a, int64_t t0, int64_t width, float* scratch);
 
-// Floats of scratch one call needs: the Xᵀ panels and the output panels.
-int64_t nm_gemm_avx512_scratch_floats(const NmGemmArgs& a);
-
-// Rows [t0, t0 + width) of Y (width <= 64 · kNmGemmPanelsPerItem): every output element is the
-// fused multiply-add chain over its kept slots in order from 0, bitwise the scalar path's result.
-// `scratch` is 64-byte aligned, nm_gemm_avx512_scratch_floats(a) floats.
-void nm_gemm_avx512_item(const NmGemmArgs& a, int64_t t0, int64_t width, float* scratch);
-
-// The same with AVX2 + FMA (nm_gemm_avx2.cpp; called after isa_active() >= Isa::kAvx2), same
-// scratch, bitwise the same results.
-void nm_gemm_avx2_item(const NmGemmArgs& a, int64_t t0, int64_t width, float* scratch);
+// The same with AVX2 + FMA (nm_gemm_avx2.cpp; called after isa_active() >= Isa::kAvx2).
+void nm_gemm_avx2_panel(const NmGemmArgs& a, int64_t t0, int64_t width, float* scratch);
 
 }  // namespace nms::detail

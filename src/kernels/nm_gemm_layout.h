@@ -44,6 +44,11 @@ struct NmGemmLayout {
         slots_per_row(k / mm * nn),
         slots_per_block(depth_block / mm * nn) {}
 
+  // Floats of scratch a SIMD kernel keeps per thread: the Xᵀ panel [kc][64] and the output panel
+  // [rows rounded up to 16 (the transposes read whole 16-row blocks)][64].
+  int64_t scratch_floats() const {
+    return (kNmGemmMaxDepthBlock + (tiles * kNmGemmTileRows + 15) / 16 * 16) * kNmGemmPanel;
+  }
   // Floats of the packed operand: 2 per entry.
   int64_t total_floats() const { return tiles * slots_per_row * kNmGemmTileRows * 2; }
   // Float index of entry (tile, slot, row l).
