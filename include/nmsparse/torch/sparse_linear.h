@@ -1,0 +1,148 @@
+// SparseLinear: a drop-in for torch::nn::Linear whose three training GEMMs can run N:M sparse.
+//
+// For x [T, in] (leading dimensions flattened), W [out, in], b [out]:
+//   forward        Y  = X (M_f ⊙ W)ᵀ + b
+//   backward-data  dX = dY (M_b ⊙ W)
+//   weight-grad    dW = prune(dY)ᵀ X + λ (1 − M_f) ⊙ W      (straight-through to the dense W)
+//   bias-grad      db = Σ_t dY[t, :]                          (never pruned)
+// with, per weight mode,
+//   dense         M_f = M_b = 1
+//   nm            M_f = row-wise N:M of |W| along `in`, recomputed every step (SR-STE);
+//                 M_b = M_f, so backward-data is the exact gradient but not N:M along `out`
+//                 (it runs dense).
+//   transposable  M_f = M_b = a transposable N:M mask of |W| (N:M along `in` and along `out`),
+//                 re-solved every `refresh_every` steps with the chosen solver (between refreshes
+//                 the mask is held fixed).
+//   bimask        M_f = row-wise N:M of |W| every step; M_b ⊆ M_f N:M along `out` in the row order
+//                 of a permutation searched every `bimask_every` steps among the identity and
+//                 `bimask_candidates` random candidates (Bi-Mask; dX is an approximation).
+// and prune(dY) = dY (grads dense) or the N:M pruning of dY along the token axis (groups of m
+// consecutive tokens per output feature) by MVUE (unbiased), its 2:4 approximation, or top-N
+// (biased baseline). When T is not a multiple of m the last T mod m tokens are not pruned. The
+// decay term is SR-STE's; it applies to every sparse weight mode (λ = `decay`, 0 disables it).
+//
+// Two execution paths with the same maths and the same random draws (grad_prune's counter-based
+// RNG keyed by (seed, layer stream, step)): `reference` masks dense tensors and calls LibTorch
+// GEMMs (any float dtype, used as the oracle); `kernels` compresses the operands and runs nm_gemm /
+// nm_wgrad (fp32). Masks live in buffers (mask_fwd, mask_bwd as uint8, perm as int64, step as
+// int64), so a module's state_dict / checkpoint carries them.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "nmsparse/core/nm_pattern.h"
+
+namespace nms {
+
+enum class WeightMode { kDense, kNm, kTransposable, kBiMask };
+enum class GradMode { kDense, kMvue, kMvueApprox24, kTopN };
+enum class ExecPath { kReference, kKernels };
+enum class TransposableSolver { kExact, kGreedy, kEntropic };
+
+// Names as on the command line: dense|nm|transposable|bimask, dense|mvue|mvue-approx24|topn,
+// reference|kernels, exact|greedy|entropic. The *_from_name functions return nullopt otherwise.
+std::string_view weight_mode_name(WeightMode mode);
+std::optional<WeightMode> weight_mode_from_name(std::string_view name);
+std::string_view grad_mode_name(GradMode mode);
+std::optional<GradMode> grad_mode_from_name(std::string_view name);
+std::string_view exec_path_name(ExecPath path);
+std::optional<ExecPath> exec_path_from_name(std::string_view name);
+std::string_view transposable_solver_name(TransposableSolver solver);
+std::optional<TransposableSolver> transposable_solver_from_name(std::string_view name);
+
+struct SparseLinearConfig {
+  WeightMode weights = WeightMode::kDense;
+  GradMode grads = GradMode::kDense;
+  NmPattern pattern{2, 4};       // of the weights (along `in`, and along `out` when transposable)
+  NmPattern grad_pattern{2, 4};  // of dY along tokens
+  ExecPath path = ExecPath::kKernels;
+  float decay = 2e-4f;  // SR-STE λ
+  TransposableSolver solver = TransposableSolver::kExact;
+  int refresh_every = 40;       // transposable: steps between mask solves
+  int bimask_every = 100;       // bimask: steps between permutation searches
+  int bimask_candidates = 100;  // bimask: random permutations per search (besides the identity)
+  uint64_t seed = 0;            // of the gradient pruning and the permutation candidates
+
+  // Throws nms::Error naming the offending field (patterns, intervals, decay, mvue-approx24 with a
+  // grad pattern other than 2:4).
+  void validate() const;
+  // One line, e.g. "bimask 2:4 / mvue 2:4 / kernels".
+  std::string describe() const;
+};
+
+// Why a [out, in] layer cannot take `config` (empty when it can): `in` not a multiple of m, `out`
+// not a multiple of m for transposable and bimask.
+std::string sparse_linear_unsupported_reason(int64_t in, int64_t out,
+                                             const SparseLinearConfig& config);
+
+struct SparseLinearOptions {
+  SparseLinearOptions(int64_t in, int64_t out) : in_features(in), out_features(out) {}
+  int64_t in_features;
+  int64_t out_features;
+  bool bias = true;
+  SparseLinearConfig config;  // dense by default: then exactly torch::nn::Linear
+};
+
+class SparseLinearImpl : public torch::nn::Cloneable<SparseLinearImpl> {
+ public:
+  SparseLinearImpl(int64_t in, int64_t out) : SparseLinearImpl(SparseLinearOptions(in, out)) {}
+  explicit SparseLinearImpl(SparseLinearOptions options);
+
+  void reset() override;    // registers the parameters and buffers
+  void reset_parameters();  // torch::nn::Linear's initialisation
+  void pretty_print(std::ostream& stream) const override;
+
+  // x [..., in] -> [..., out].
+  torch::Tensor forward(const torch::Tensor& x);
+
+  // Switches the modes; validates, and throws (leaving the layer unchanged) when the shape does
+  // not admit the config. Masks are recomputed at the next training step.
+  void configure(const SparseLinearConfig& config);
+  const SparseLinearConfig& config() const { return options_.config; }
+  const SparseLinearOptions& options() const { return options_; }
+
+  // Stream id of this layer's gradient-pruning RNG (set by sparsify from the layer's name; each
+  // layer must have its own).
+  void set_stream(uint64_t stream) { stream_ = stream; }
+  uint64_t stream() const { return stream_; }
+
+  // The weight as the forward pass sees it, M_f ⊙ W (masks up to date as of the last step), and
+  // the backward-data weight M_b ⊙ W.
+  torch::Tensor effective_weight() const;
+  torch::Tensor backward_weight() const;
+  // Fraction of M_f that M_b keeps (1 unless bimask).
+  double backward_retained() const;
+
+  torch::Tensor weight;    // [out, in]
+  torch::Tensor bias;      // [out] (undefined without bias)
+  torch::Tensor mask_fwd;  // [out, in] uint8 buffer
+  torch::Tensor mask_bwd;  // [out, in] uint8 buffer
+  torch::Tensor perm;      // [out] int64 buffer (bimask)
+  torch::Tensor step;      // [] int64 buffer: training steps taken
+
+ private:
+  SparseLinearOptions options_;
+  uint64_t stream_ = 0;
+  bool masks_valid_ = false;  // masks match the current config (false after configure/load)
+  friend struct SparseLinearAccess;
+};
+TORCH_MODULE(SparseLinear);
+
+// Wall time spent inside SparseLinear layers since the last reset, by kind of work (seconds,
+// summed over layers; the training loop reports it per epoch).
+struct SparseLinearProfile {
+  double forward_gemm = 0;
+  double backward_data_gemm = 0;
+  double weight_grad_gemm = 0;
+  double mask_update = 0;   // mask solves, permutation search
+  double operand_prep = 0;  // compression, packing, masking of W; pruning + compression of dY
+};
+SparseLinearProfile sparse_linear_profile();
+void sparse_linear_profile_reset();
+
+}  // namespace nms
