@@ -115,7 +115,7 @@ void SparseLinearImpl::reset() {
   mask_bwd = register_buffer("mask_bwd", torch::ones({out, in}, torch::kUInt8));
   perm = register_buffer("perm", torch::arange(out, torch::kInt64));
   step = register_buffer("step", torch::zeros({}, torch::kInt64));
-  masks_valid_ = false;
+  mask_step = register_buffer("mask_step", torch::full({}, -1, torch::kInt64));
   reset_parameters();
 }
 
@@ -142,7 +142,7 @@ void SparseLinearImpl::configure(const SparseLinearConfig& config) {
   NMS_CHECK(reason.empty(), "a [", options_.out_features, ", ", options_.in_features,
             "] layer cannot be ", config.describe(), ": ", reason);
   options_.config = config;
-  masks_valid_ = false;
+  mask_step.fill_(-1);
 }
 
 torch::Tensor SparseLinearImpl::effective_weight() const {

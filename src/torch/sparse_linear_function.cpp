@@ -1,12 +1,436 @@
+// SparseLinear's autograd function: the mask updates of each weight mode and the three GEMMs on
+// the reference path (masked dense LibTorch GEMMs) and the kernel path (nm_gemm / nm_wgrad on
+// compressed operands). The maths is in the header comment of nmsparse/torch/sparse_linear.h.
+//
+// Per training step s of a layer (the `step` buffer before the forward):
+//   1. masks: nm and bimask recompute M_f = top-n of |W| per group; transposable re-solves when
+//      s − mask_step ≥ refresh_every; bimask searches the permutation when s − mask_step ≥
+//      bimask_every and rebuilds M_b from M_f and the held permutation otherwise.
+//   2. forward GEMM; the step's masks and RNG key (seed, stream, s) are captured for the backward.
+//   3. step ← s + 1.
+// Evaluation (no grad or eval mode) uses the held masks and computes them only if there are none.
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "nmsparse/core/error.h"
+#include "nmsparse/format/compressed_nm.h"
+#include "nmsparse/grad/prune.h"
+#include "nmsparse/kernels/nm_gemm.h"
+#include "nmsparse/kernels/nm_wgrad.h"
+#include "nmsparse/mask/bimask.h"
+#include "nmsparse/mask/standard.h"
+#include "nmsparse/mask/transposable.h"
 #include "nmsparse/torch/sparse_linear.h"
 #include "torch/sparse_linear_internal.h"
 
 namespace nms {
-torch::Tensor sparse_linear_apply(SparseLinearImpl& layer, const torch::Tensor& x) {
-  return torch::nn::functional::linear(x, layer.weight, layer.bias);
+
+// Buffers reused from step to step (one per layer): after the first step a kernel-path step
+// allocates only its output tensors.
+struct SparseLinearWorkspace {
+  CompressedNm weight_rows;  // M_f ⊙ W, kRows
+  CompressedNm weight_cols;  // M_b ⊙ W (row-permuted for bimask), kCols
+  NmGemmOperand forward_operand;
+  NmGemmOperand backward_operand;
+  CompressedNm pruned_dy;  // prune(dY), kCols
+  NmWgradWorkspace wgrad;
+};
+
+struct SparseLinearAccess {
+  static SparseLinearWorkspace& workspace(SparseLinearImpl& layer) {
+    if (!layer.workspace_) layer.workspace_ = std::make_shared<SparseLinearWorkspace>();
+    return *layer.workspace_;
+  }
+};
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+SparseLinearProfile g_profile;
+
+class ProfileTimer {
+ public:
+  explicit ProfileTimer(double& slot) : slot_(slot), start_(Clock::now()) {}
+  ~ProfileTimer() { slot_ += std::chrono::duration<double>(Clock::now() - start_).count(); }
+  ProfileTimer(const ProfileTimer&) = delete;
+  ProfileTimer& operator=(const ProfileTimer&) = delete;
+
+ private:
+  double& slot_;
+  Clock::time_point start_;
+};
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
 }
-SparseLinearProfile sparse_linear_profile() {
+
+ConstMatrixViewF const_view(const torch::Tensor& t) {
+  NMS_DCHECK(t.dim() == 2 && t.scalar_type() == torch::kFloat && t.stride(1) == 1);
+  return {t.data_ptr<float>(), t.size(0), t.size(1), t.stride(0)};
+}
+MatrixViewF mutable_view(const torch::Tensor& t) {
+  NMS_DCHECK(t.dim() == 2 && t.scalar_type() == torch::kFloat && t.stride(1) == 1);
+  return {t.data_ptr<float>(), t.size(0), t.size(1), t.stride(0)};
+}
+
+BitMask bits_from_tensor(const torch::Tensor& mask) {
+  const int64_t rows = mask.size(0);
+  const int64_t cols = mask.size(1);
+  BitMask bits(rows, cols);
+  const torch::Tensor c = mask.contiguous();
+  const uint8_t* p = c.data_ptr<uint8_t>();
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < cols; ++j) {
+      if (p[i * cols + j] != 0) bits.set(i, j);
+    }
+  }
+  return bits;
+}
+
+void bits_to_tensor(const BitMask& bits, torch::Tensor& mask) {
+  NMS_ASSERT(mask.is_contiguous() && mask.size(0) == bits.rows() && mask.size(1) == bits.cols());
+  uint8_t* p = mask.data_ptr<uint8_t>();
+  for (int64_t i = 0; i < bits.rows(); ++i) {
+    for (int64_t j = 0; j < bits.cols(); ++j) p[i * bits.cols() + j] = bits.get(i, j) ? 1 : 0;
+  }
+}
+
+TransposableResult solve_transposable(ConstMatrixViewF scores, const SparseLinearConfig& config) {
+  switch (config.solver) {
+    case TransposableSolver::kExact:
+      return mask_transposable_exact(scores, config.pattern);
+    case TransposableSolver::kGreedy:
+      return mask_transposable_greedy(scores, config.pattern);
+    case TransposableSolver::kEntropic:
+      return mask_transposable_entropic(scores, config.pattern);
+  }
+  NMS_ASSERT(false, "unknown solver");
   return {};
 }
-void sparse_linear_profile_reset() {}
+
+// What the backward pass of one call needs besides x and W.
+struct StepState : torch::CustomClassHolder {
+  SparseLinearImpl* layer = nullptr;
+  SparseLinearConfig config;
+  uint64_t stream = 0;
+  int64_t step = 0;
+  torch::Tensor mask_fwd;  // uint8 [out, in] (undefined for dense weights)
+  torch::Tensor mask_bwd;
+  std::shared_ptr<const BitMask> bwd_bits;  // kernel path, transposable and bimask
+  std::vector<int64_t> perm;                // bimask
+};
+
+// Step 1 of the file comment. Returns the masks this call uses (as uint8 tensors, clones of the
+// buffers so that later updates do not change a pending backward).
+void update_masks(SparseLinearImpl& layer, bool training, StepState& state) {
+  const SparseLinearConfig& config = layer.config();
+  if (config.weights == WeightMode::kDense) return;
+  const int64_t step = layer.step.item<int64_t>();
+  const int64_t mask_step = layer.mask_step.item<int64_t>();
+  const bool have_masks = mask_step >= 0;
+  const NmPattern pattern = config.pattern;
+
+  torch::NoGradGuard no_grad;
+  const torch::Tensor w = layer.weight.detach().to(torch::kFloat).contiguous();
+  const ConstMatrixViewF wv = const_view(w);
+  std::shared_ptr<const BitMask> bwd_bits;
+  {
+    ProfileTimer timer(g_profile.mask_update);
+    switch (config.weights) {
+      case WeightMode::kDense:
+        break;
+      case WeightMode::kNm:
+        if (training || !have_masks) {
+          const BitMask fwd = mask_nm_magnitude(wv, pattern);
+          bits_to_tensor(fwd, layer.mask_fwd);
+          bits_to_tensor(fwd, layer.mask_bwd);
+          layer.mask_step.fill_(step);
+        }
+        break;
+      case WeightMode::kTransposable:
+        if (!have_masks || (training && step - mask_step >= config.refresh_every)) {
+          const torch::Tensor scores = w.abs();
+          TransposableResult result = solve_transposable(const_view(scores), config);
+          bits_to_tensor(result.mask, layer.mask_fwd);
+          layer.mask_bwd.copy_(layer.mask_fwd);
+          layer.mask_step.fill_(step);
+          bwd_bits = std::make_shared<const BitMask>(std::move(result.mask));
+        } else if (config.path == ExecPath::kKernels) {
+          bwd_bits = std::make_shared<const BitMask>(bits_from_tensor(layer.mask_bwd));
+        }
+        break;
+      case WeightMode::kBiMask: {
+        if (!(training || !have_masks)) {
+          if (config.path == ExecPath::kKernels) {
+            bwd_bits = std::make_shared<const BitMask>(bits_from_tensor(layer.mask_bwd));
+          }
+          break;
+        }
+        if (!have_masks || step - mask_step >= config.bimask_every) {
+          BiMaskOptions options;
+          options.candidates = config.bimask_candidates;
+          options.search = BiMaskSearch::kRandom;
+          options.criterion = BiMaskCriterion::kKept;
+          options.seed = sparse_linear_step_seed(config.seed ^ layer.stream(), step);
+          BiMaskResult result = bimask(wv, pattern, options);
+          bits_to_tensor(result.forward, layer.mask_fwd);
+          bits_to_tensor(result.backward, layer.mask_bwd);
+          std::memcpy(layer.perm.data_ptr<int64_t>(), result.perm.data(),
+                      result.perm.size() * sizeof(int64_t));
+          layer.mask_step.fill_(step);
+          bwd_bits = std::make_shared<const BitMask>(std::move(result.backward));
+        } else {
+          const BitMask fwd = mask_nm_magnitude(wv, pattern);
+          const std::vector<int64_t> perm(layer.perm.data_ptr<int64_t>(),
+                                          layer.perm.data_ptr<int64_t>() + layer.perm.numel());
+          BitMask bwd = bimask_backward(wv, fwd, pattern, perm);
+          bits_to_tensor(fwd, layer.mask_fwd);
+          bits_to_tensor(bwd, layer.mask_bwd);
+          bwd_bits = std::make_shared<const BitMask>(std::move(bwd));
+        }
+        break;
+      }
+    }
+  }
+  state.mask_fwd = layer.mask_fwd.clone();
+  state.mask_bwd = layer.mask_bwd.clone();
+  state.bwd_bits = std::move(bwd_bits);
+  if (config.weights == WeightMode::kBiMask) {
+    state.perm.assign(layer.perm.data_ptr<int64_t>(),
+                      layer.perm.data_ptr<int64_t>() + layer.perm.numel());
+  }
+}
+
+torch::Tensor masked(const torch::Tensor& w, const torch::Tensor& mask) {
+  return w * mask.to(w.scalar_type());
+}
+
+// Y = X Aᵀ on the kernel path for a compressed A (packed into `operand`).
+torch::Tensor kernel_gemm(const torch::Tensor& x, const CompressedNm& a, NmGemmOperand& operand,
+                          double& pack_slot, double& gemm_slot) {
+  {
+    ProfileTimer timer(pack_slot);
+    nm_gemm_pack_into(a, operand);
+  }
+  ProfileTimer timer(gemm_slot);
+  torch::Tensor y = torch::empty({x.size(0), operand.rows}, x.options());
+  nm_gemm(const_view(x), operand, mutable_view(y));
+  return y;
+}
+
+class SparseLinearFunction : public torch::autograd::Function<SparseLinearFunction> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& w, const torch::Tensor& b,
+                               c10::intrusive_ptr<StepState> state) {
+    const SparseLinearConfig& config = state->config;
+    torch::Tensor y;
+    if (config.weights == WeightMode::kDense || config.path == ExecPath::kReference) {
+      ProfileTimer timer(g_profile.forward_gemm);
+      const torch::Tensor wf =
+          config.weights == WeightMode::kDense ? w : masked(w, state->mask_fwd);
+      y = b.defined() ? torch::addmm(b, x, wf.t()) : x.mm(wf.t());
+    } else {
+      SparseLinearWorkspace& ws = SparseLinearAccess::workspace(*state->layer);
+      {
+        ProfileTimer timer(g_profile.operand_prep);
+        // mask_fwd as bits: the buffer is already the step's mask (update_masks wrote it).
+        nm_compress_masked_into(const_view(w), bits_from_tensor(state->mask_fwd), config.pattern,
+                                NmAxis::kRows, ws.weight_rows);
+      }
+      y = kernel_gemm(x, ws.weight_rows, ws.forward_operand, g_profile.operand_prep,
+                      g_profile.forward_gemm);
+      if (b.defined()) y.add_(b);
+    }
+    ctx->save_for_backward({x, w});
+    ctx->saved_data["state"] = c10::IValue::make_capsule(std::move(state));
+    return y;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor& x = saved[0];
+    const torch::Tensor& w = saved[1];
+    const auto state = ctx->saved_data["state"].toCapsule();
+    const StepState& st = *static_cast<const StepState*>(state.get());
+    const SparseLinearConfig& config = st.config;
+    const torch::Tensor dy = grad_outputs[0].contiguous();
+
+    torch::Tensor dx;
+    if (ctx->needs_input_grad(0)) dx = backward_data(dy, w, st);
+    torch::Tensor dw;
+    if (ctx->needs_input_grad(1)) {
+      dw = weight_grad(dy, x, st);
+      if (config.weights != WeightMode::kDense && config.decay > 0.0f) {
+        ProfileTimer timer(g_profile.operand_prep);
+        dw.add_(w * (1 - st.mask_fwd.to(w.scalar_type())), config.decay);
+      }
+    }
+    torch::Tensor db;
+    if (ctx->needs_input_grad(2)) db = dy.sum(0);
+    return {dx, dw, db, torch::Tensor()};
+  }
+
+ private:
+  static torch::Tensor backward_data(const torch::Tensor& dy, const torch::Tensor& w,
+                                     const StepState& st) {
+    const SparseLinearConfig& config = st.config;
+    const bool sparse_kernel =
+        config.path == ExecPath::kKernels &&
+        (config.weights == WeightMode::kTransposable || config.weights == WeightMode::kBiMask);
+    if (!sparse_kernel) {
+      ProfileTimer timer(g_profile.backward_data_gemm);
+      return config.weights == WeightMode::kDense ? dy.mm(w) : dy.mm(masked(w, st.mask_bwd));
+    }
+    SparseLinearWorkspace& ws = SparseLinearAccess::workspace(*st.layer);
+    NMS_ASSERT(st.bwd_bits != nullptr);
+    if (config.weights == WeightMode::kTransposable) {
+      {
+        ProfileTimer timer(g_profile.operand_prep);
+        nm_compress_masked_into(const_view(w), *st.bwd_bits, config.pattern, NmAxis::kCols,
+                                ws.weight_cols);
+      }
+      return kernel_gemm(dy, ws.weight_cols, ws.backward_operand, g_profile.operand_prep,
+                         g_profile.backward_data_gemm);
+    }
+    // Bi-Mask: dX = (dY Pᵀ)(P (M_b ⊙ W)), the rows of W and the columns of dY in perm order.
+    torch::Tensor dy_perm;
+    {
+      ProfileTimer timer(g_profile.operand_prep);
+      const torch::Tensor perm =
+          torch::from_blob(const_cast<int64_t*>(st.perm.data()),
+                           {static_cast<int64_t>(st.perm.size())}, torch::kInt64);
+      const torch::Tensor w_perm = w.index_select(0, perm).contiguous();
+      const BitMask bwd_perm = permute_rows(*st.bwd_bits, st.perm);
+      nm_compress_masked_into(const_view(w_perm), bwd_perm, config.pattern, NmAxis::kCols,
+                              ws.weight_cols);
+      dy_perm = dy.index_select(1, perm).contiguous();
+    }
+    return kernel_gemm(dy_perm, ws.weight_cols, ws.backward_operand, g_profile.operand_prep,
+                       g_profile.backward_data_gemm);
+  }
+
+  static torch::Tensor weight_grad(const torch::Tensor& dy, const torch::Tensor& x,
+                                   const StepState& st) {
+    const SparseLinearConfig& config = st.config;
+    if (config.grads == GradMode::kDense) {
+      ProfileTimer timer(g_profile.weight_grad_gemm);
+      return dy.t().mm(x);
+    }
+    NMS_CHECK(dy.scalar_type() == torch::kFloat, "grads ", grad_mode_name(config.grads),
+              " needs float32 gradients, not ", dy.scalar_type());
+    const int64_t tokens = dy.size(0);
+    const int64_t pruned_tokens = tokens - tokens % config.grad_pattern.m;
+    const GradPruneOptions options = sparse_linear_grad_options(config, st.stream, st.step);
+
+    torch::Tensor dw;
+    const torch::Tensor dy_head = dy.narrow(0, 0, pruned_tokens);
+    const torch::Tensor x_head = x.narrow(0, 0, pruned_tokens);
+    if (pruned_tokens == 0) {
+      ProfileTimer timer(g_profile.weight_grad_gemm);
+      dw = dy.t().mm(x);
+      return dw;
+    }
+    if (config.path == ExecPath::kReference) {
+      torch::Tensor pruned = torch::empty_like(dy_head);
+      {
+        ProfileTimer timer(g_profile.operand_prep);
+        grad_prune_into(const_view(dy_head), options, mutable_view(pruned));
+      }
+      ProfileTimer timer(g_profile.weight_grad_gemm);
+      dw = pruned.t().mm(x_head);
+    } else {
+      SparseLinearWorkspace& ws = SparseLinearAccess::workspace(*st.layer);
+      {
+        ProfileTimer timer(g_profile.operand_prep);
+        grad_prune_compressed_into(const_view(dy_head), options, ws.pruned_dy);
+      }
+      ProfileTimer timer(g_profile.weight_grad_gemm);
+      dw = torch::empty({dy.size(1), x.size(1)}, x.options());
+      const torch::Tensor xc = x_head.is_contiguous() ? x_head : x_head.contiguous();
+      nm_wgrad(ws.pruned_dy, const_view(xc), mutable_view(dw), &ws.wgrad);
+    }
+    if (pruned_tokens < tokens) {
+      ProfileTimer timer(g_profile.weight_grad_gemm);
+      const int64_t tail = tokens - pruned_tokens;
+      dw.addmm_(dy.narrow(0, pruned_tokens, tail).t(), x.narrow(0, pruned_tokens, tail));
+    }
+    return dw;
+  }
+};
+
+}  // namespace
+
+uint64_t sparse_linear_step_seed(uint64_t seed, int64_t step) {
+  return splitmix64(seed ^ splitmix64(static_cast<uint64_t>(step)));
+}
+
+GradPruneOptions sparse_linear_grad_options(const SparseLinearConfig& config, uint64_t stream,
+                                            int64_t step) {
+  NMS_CHECK(config.grads != GradMode::kDense, "grads dense prunes nothing");
+  GradPruneOptions options;
+  options.method = config.grads == GradMode::kMvue           ? GradMethod::kMvue
+                   : config.grads == GradMode::kMvueApprox24 ? GradMethod::kMvueApprox24
+                                                             : GradMethod::kTopN;
+  options.pattern = config.grad_pattern;
+  options.axis = NmAxis::kCols;
+  options.seed = sparse_linear_step_seed(config.seed, step);
+  options.stream = stream;
+  return options;
+}
+
+torch::Tensor sparse_linear_apply(SparseLinearImpl& layer, const torch::Tensor& x) {
+  const SparseLinearConfig& config = layer.config();
+  const int64_t in = layer.options().in_features;
+  const bool training = layer.is_training() && torch::GradMode::is_enabled();
+  NMS_CHECK(x.scalar_type() == layer.weight.scalar_type(), "input dtype (", x.scalar_type(),
+            ") differs from the weight's (", layer.weight.scalar_type(), ")");
+  const bool float32 = x.scalar_type() == torch::kFloat;
+  NMS_CHECK(float32 || config.path == ExecPath::kReference || config.weights == WeightMode::kDense,
+            "path kernels runs float32 only (input is ", x.scalar_type(),
+            "); use path reference for other dtypes");
+  NMS_CHECK(x.device().is_cpu(), "nmsparse_torch runs on the CPU (input on ", x.device(), ")");
+
+  // Module::to(dtype) converts every buffer; the masks and counters keep their integer types.
+  for (auto [buffer, dtype] : {std::pair{&layer.mask_fwd, torch::kUInt8},
+                               {&layer.mask_bwd, torch::kUInt8},
+                               {&layer.perm, torch::kInt64},
+                               {&layer.step, torch::kInt64},
+                               {&layer.mask_step, torch::kInt64}}) {
+    if (buffer->scalar_type() != dtype) buffer->set_data(buffer->to(dtype));
+  }
+  auto state = c10::make_intrusive<StepState>();
+  state->layer = &layer;
+  state->config = config;
+  state->stream = layer.stream();
+  state->step = layer.step.item<int64_t>();
+  update_masks(layer, training, *state);
+
+  const torch::Tensor x2d = x.reshape({-1, in}).contiguous();
+  torch::Tensor y = SparseLinearFunction::apply(x2d, layer.weight, layer.bias, std::move(state));
+  if (training) {
+    torch::NoGradGuard no_grad;
+    layer.step.add_(1);
+  }
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+  shape.back() = layer.options().out_features;
+  return y.reshape(shape);
+}
+
+SparseLinearProfile sparse_linear_profile() {
+  return g_profile;
+}
+void sparse_linear_profile_reset() {
+  g_profile = {};
+}
+
 }  // namespace nms

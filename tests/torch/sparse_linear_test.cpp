@@ -1,10 +1,268 @@
+// SparseLinear: the reference path against the maths written out by hand (double), the kernel
+// path against the reference path (fp32, same random draws), the masks of each mode, the refresh
+// schedule, MVUE's unbiasedness through the layer, and the errors.
 #include <gtest/gtest.h>
 
-#include "nmsparse/torch/sparse_linear.h"
+#include <cmath>
+#include <limits>
+#include <tuple>
+#include <vector>
 
-TEST(SparseLinear, DenseIsLinear) {
-  nms::SparseLinear layer(8, 4);
-  auto x = torch::randn({3, 8});
-  auto y = layer->forward(x);
-  EXPECT_TRUE(torch::allclose(y, torch::nn::functional::linear(x, layer->weight, layer->bias)));
+#include "nmsparse/mask/bimask.h"
+#include "nmsparse/mask/verify.h"
+#include "nmsparse/torch/sparse_linear.h"
+#include "testing/expect_error.h"
+#include "torch/sparse_linear_internal.h"
+
+namespace nms {
+namespace {
+
+SparseLinearConfig make_config(WeightMode weights, GradMode grads, NmPattern pattern,
+                               ExecPath path) {
+  SparseLinearConfig c;
+  c.weights = weights;
+  c.grads = grads;
+  c.pattern = pattern;
+  c.grad_pattern = grads == GradMode::kMvueApprox24 ? NmPattern{2, 4} : pattern;
+  c.path = path;
+  c.seed = 7;
+  c.bimask_candidates = 5;
+  return c;
 }
+
+BitMask to_bits(const torch::Tensor& mask) {
+  const torch::Tensor c = mask.contiguous();
+  BitMask bits(c.size(0), c.size(1));
+  for (int64_t i = 0; i < c.size(0); ++i) {
+    for (int64_t j = 0; j < c.size(1); ++j) {
+      if (c[i][j].item<uint8_t>() != 0) bits.set(i, j);
+    }
+  }
+  return bits;
+}
+
+struct Grads {
+  torch::Tensor y, dx, dw, db;
+};
+
+// One training step's forward and backward with upstream gradient r: loss = Σ y ⊙ r.
+Grads step(SparseLinear& layer, const torch::Tensor& x_in, const torch::Tensor& r) {
+  torch::Tensor x = x_in.clone().requires_grad_(true);
+  layer->weight.mutable_grad() = torch::Tensor();
+  if (layer->bias.defined()) layer->bias.mutable_grad() = torch::Tensor();
+  torch::Tensor y = layer->forward(x);
+  (y * r).sum().backward();
+  return {y.detach(), x.grad(), layer->weight.grad(),
+          layer->bias.defined() ? layer->bias.grad() : torch::Tensor()};
+}
+
+constexpr std::array<WeightMode, 4> kWeightModes{WeightMode::kDense, WeightMode::kNm,
+                                                 WeightMode::kTransposable, WeightMode::kBiMask};
+
+TEST(SparseLinear, DenseConfigIsTorchLinear) {
+  torch::manual_seed(1);
+  SparseLinear layer(12, 5);
+  torch::nn::Linear linear(12, 5);
+  torch::manual_seed(1);
+  linear->reset_parameters();
+  torch::manual_seed(1);
+  layer->reset_parameters();
+  EXPECT_TRUE(torch::equal(layer->weight, linear->weight));
+  EXPECT_TRUE(torch::equal(layer->bias, linear->bias));
+  const torch::Tensor x = torch::randn({3, 4, 12});
+  EXPECT_TRUE(torch::allclose(layer->forward(x), linear->forward(x)));
+  EXPECT_EQ(layer->forward(x).sizes(), (std::vector<int64_t>{3, 4, 5}));
+}
+
+// The reference path in double against Y = X (M_f ⊙ W)ᵀ + b, dX = dY (M_b ⊙ W),
+// dW = dYᵀ X + λ (1 − M_f) ⊙ W, db = Σ dY, written here with the masks the layer used; and for
+// the modes whose dX is the exact gradient (M_b = M_f), dX against central differences (Y is
+// linear in X, so the difference quotient is exact up to rounding: tolerance 1e-9).
+TEST(SparseLinear, ReferencePathMatchesTheMathsInDouble) {
+  for (WeightMode mode : kWeightModes) {
+    SCOPED_TRACE(std::string(weight_mode_name(mode)));
+    torch::manual_seed(2);
+    SparseLinear layer(SparseLinearOptions(16, 8));
+    layer->to(torch::kDouble);
+    layer->configure(make_config(mode, GradMode::kDense, {2, 4}, ExecPath::kReference));
+    const torch::Tensor x = torch::randn({6, 16}, torch::kDouble);
+    const torch::Tensor r = torch::randn({6, 8}, torch::kDouble);
+    const Grads g = step(layer, x, r);
+
+    const torch::Tensor w = layer->weight.detach();
+    const torch::Tensor mf =
+        mode == WeightMode::kDense ? torch::ones_like(w) : layer->mask_fwd.to(torch::kDouble);
+    const torch::Tensor mb =
+        mode == WeightMode::kDense ? torch::ones_like(w) : layer->mask_bwd.to(torch::kDouble);
+    const double lambda = mode == WeightMode::kDense ? 0.0 : layer->config().decay;
+    EXPECT_TRUE(torch::allclose(g.y, x.mm((mf * w).t()) + layer->bias.detach(), 1e-12, 1e-12));
+    EXPECT_TRUE(torch::allclose(g.dx, r.mm(mb * w), 1e-12, 1e-12));
+    EXPECT_TRUE(torch::allclose(g.dw, r.t().mm(x) + lambda * (1 - mf) * w, 1e-12, 1e-12));
+    EXPECT_TRUE(torch::allclose(g.db, r.sum(0), 1e-12, 1e-12));
+    if (mode == WeightMode::kBiMask) {
+      // Bi-Mask's dX is an approximation unless M_b keeps all of M_f.
+      EXPECT_TRUE(torch::all(mb <= mf).item<bool>());
+      continue;
+    }
+    torch::NoGradGuard no_grad;
+    layer->eval();  // the held masks, no step
+    const double h = 1e-3;
+    for (int64_t t = 0; t < x.size(0); t += 5) {
+      for (int64_t j = 0; j < x.size(1); j += 3) {
+        torch::Tensor xp = x.clone(), xm = x.clone();
+        xp[t][j] += h;
+        xm[t][j] -= h;
+        const double fd = ((layer->forward(xp) * r).sum().item<double>() -
+                           (layer->forward(xm) * r).sum().item<double>()) /
+                          (2 * h);
+        EXPECT_NEAR(fd, g.dx[t][j].item<double>(), 1e-9) << "x[" << t << "][" << j << "]";
+      }
+    }
+    layer->train();
+  }
+}
+
+// Kernel path vs reference path, fp32, identical weights, inputs and random draws. Both sum the
+// same products in different orders; for a dot product of K terms each result is within
+// γ_K Σ|terms| (γ_K = K u / (1 − K u), u = 2^-24) of the exact value, so the two paths differ by at
+// most 2 γ_K (|A| |B|) elementwise. The test allows 2.5 γ_K (|A| |B|) + 1e-30.
+void expect_close_by_dot_bound(const torch::Tensor& a, const torch::Tensor& b,
+                               const torch::Tensor& abs_product, int64_t k, const char* what) {
+  const double u = std::ldexp(1.0, -24);
+  const double gamma = k * u / (1 - k * u);
+  const torch::Tensor bound = 2.5 * gamma * abs_product + 1e-30;
+  const torch::Tensor excess = ((a - b).abs() - bound).max();
+  EXPECT_LE(excess.item<double>(), 0.0)
+      << what << ": max |diff| " << (a - b).abs().max().item<double>();
+}
+
+TEST(SparseLinear, KernelPathMatchesReferencePath) {
+  struct Shape {
+    int64_t tokens, in, out;
+    NmPattern pattern;
+  };
+  const std::vector<Shape> shapes{{37, 24, 16, {2, 4}},  {64, 64, 32, {2, 4}}, {9, 32, 8, {1, 4}},
+                                  {48, 16, 24, {4, 8}},  {3, 8, 8, {2, 4}},    {33, 32, 16, {1, 2}},
+                                  {70, 32, 32, {8, 16}}, {1, 4, 4, {2, 4}}};
+  const std::array<GradMode, 4> grad_modes{GradMode::kDense, GradMode::kMvue,
+                                           GradMode::kMvueApprox24, GradMode::kTopN};
+  for (const Shape& s : shapes) {
+    for (WeightMode wm : kWeightModes) {
+      for (GradMode gm : grad_modes) {
+        if (gm == GradMode::kMvueApprox24 && s.pattern != NmPattern{2, 4}) continue;
+        SCOPED_TRACE(::testing::Message()
+                     << s.tokens << "x" << s.in << "->" << s.out << " " << s.pattern.to_string()
+                     << " " << weight_mode_name(wm) << "/" << grad_mode_name(gm));
+        torch::manual_seed(3);
+        SparseLinear ref(s.in, s.out);
+        SparseLinear ker(s.in, s.out);
+        {
+          torch::NoGradGuard no_grad;
+          ker->weight.copy_(ref->weight);
+          ker->bias.copy_(ref->bias);
+        }
+        ref->configure(make_config(wm, gm, s.pattern, ExecPath::kReference));
+        ker->configure(make_config(wm, gm, s.pattern, ExecPath::kKernels));
+        ref->set_stream(11);
+        ker->set_stream(11);
+        for (int it = 0; it < 2; ++it) {  // the second step reuses the workspace
+          const torch::Tensor x = torch::randn({s.tokens, s.in});
+          const torch::Tensor r = torch::randn({s.tokens, s.out});
+          const Grads a = step(ref, x, r);
+          const Grads b = step(ker, x, r);
+          ASSERT_TRUE(torch::equal(ref->mask_fwd, ker->mask_fwd));
+          ASSERT_TRUE(torch::equal(ref->mask_bwd, ker->mask_bwd));
+          const torch::Tensor w = ref->weight.detach();
+          const torch::Tensor wf = w * ref->mask_fwd.to(torch::kFloat);
+          const torch::Tensor wb = w * ref->mask_bwd.to(torch::kFloat);
+          expect_close_by_dot_bound(a.y, b.y, x.abs().mm(wf.abs().t()) + ref->bias.abs(), s.in + 1,
+                                    "y");
+          expect_close_by_dot_bound(a.dx, b.dx, r.abs().mm(wb.abs()), s.out, "dx");
+          // dW from the pruned dY both paths draw (recomputed here from the layer's options).
+          torch::Tensor dy_used = r.clone();
+          const int64_t head = s.tokens - s.tokens % ref->config().grad_pattern.m;
+          if (gm != GradMode::kDense && head > 0) {
+            const GradPruneOptions o = sparse_linear_grad_options(ref->config(), ref->stream(),
+                                                                  ref->step.item<int64_t>() - 1);
+            torch::Tensor part = dy_used.narrow(0, 0, head).contiguous();
+            Matrix pruned = grad_prune(ConstMatrixViewF(part.data_ptr<float>(), head, s.out), o);
+            dy_used.narrow(0, 0, head).copy_(torch::from_blob(pruned.data(), {head, s.out}));
+          }
+          const torch::Tensor decay =
+              ref->config().decay * (1 - ref->mask_fwd.to(torch::kFloat)) * w;
+          expect_close_by_dot_bound(a.dw, dy_used.t().mm(x) + decay,
+                                    dy_used.abs().t().mm(x.abs()) + decay.abs(), s.tokens + 1,
+                                    "dw ref");
+          expect_close_by_dot_bound(a.dw, b.dw, dy_used.abs().t().mm(x.abs()) + decay.abs(),
+                                    s.tokens + 1, "dw");
+          EXPECT_TRUE(torch::allclose(a.db, b.db, 1e-5, 1e-5));
+          {
+            torch::NoGradGuard no_grad;  // a few SGD steps so the masks move
+            ref->weight.sub_(0.5 * a.dw);
+            ker->weight.copy_(ref->weight);
+          }
+        }
+      }
+    }
+  }
+}
+
+// With small integer inputs every product and sum is exact in fp32, so the paths agree bitwise.
+TEST(SparseLinear, KernelAndReferenceAreBitwiseEqualOnExactArithmetic) {
+  torch::manual_seed(4);
+  SparseLinear ref(32, 16);
+  SparseLinear ker(32, 16);
+  {
+    torch::NoGradGuard no_grad;
+    ref->weight.copy_(torch::randint(-4, 5, {16, 32}).to(torch::kFloat));
+    ker->weight.copy_(ref->weight);
+    ker->bias.copy_(ref->bias);
+  }
+  ref->configure(
+      make_config(WeightMode::kTransposable, GradMode::kTopN, {2, 4}, ExecPath::kReference));
+  ker->configure(
+      make_config(WeightMode::kTransposable, GradMode::kTopN, {2, 4}, ExecPath::kKernels));
+  const torch::Tensor x = torch::randint(-3, 4, {40, 32}).to(torch::kFloat);
+  const torch::Tensor r = torch::randint(-3, 4, {40, 16}).to(torch::kFloat);
+  const Grads a = step(ref, x, r);
+  const Grads b = step(ker, x, r);
+  EXPECT_TRUE(torch::equal(a.dx, b.dx));
+  const torch::Tensor decay_free_a =
+      a.dw - ref->config().decay * (1 - ref->mask_fwd.to(torch::kFloat)) * ref->weight.detach();
+  const torch::Tensor decay_free_b =
+      b.dw - ker->config().decay * (1 - ker->mask_fwd.to(torch::kFloat)) * ker->weight.detach();
+  EXPECT_TRUE(torch::equal(decay_free_a, decay_free_b));
+}
+
+TEST(SparseLinear, MasksOfEveryModeAreValid) {
+  const NmPattern p{2, 4};
+  for (WeightMode mode : {WeightMode::kNm, WeightMode::kTransposable, WeightMode::kBiMask}) {
+    SCOPED_TRACE(std::string(weight_mode_name(mode)));
+    torch::manual_seed(5);
+    SparseLinear layer(32, 24);
+    layer->configure(make_config(mode, GradMode::kDense, p, ExecPath::kKernels));
+    step(layer, torch::randn({8, 32}), torch::randn({8, 24}));
+    const BitMask fwd = to_bits(layer->mask_fwd);
+    const BitMask bwd = to_bits(layer->mask_bwd);
+    const NmVerifyReport f = verify_nm(fwd, p);
+    EXPECT_EQ(f.row_violations, 0);
+    EXPECT_EQ(f.row_groups_full, f.row_groups);  // exactly n per group: nothing wasted
+    if (mode == WeightMode::kTransposable) {
+      EXPECT_EQ(fwd, bwd);
+      EXPECT_EQ(f.col_violations, 0);
+    }
+    if (mode == WeightMode::kBiMask) {
+      std::vector<int64_t> perm(layer->perm.data_ptr<int64_t>(),
+                                layer->perm.data_ptr<int64_t>() + layer->perm.numel());
+      EXPECT_EQ(verify_nm(permute_rows(bwd, perm), p).col_violations, 0);
+      for (int64_t i = 0; i < 24; ++i) {
+        for (int64_t j = 0; j < 32; ++j) EXPECT_TRUE(!bwd.get(i, j) || fwd.get(i, j));
+      }
+      EXPECT_GT(layer->backward_retained(), 0.5);
+      EXPECT_LE(layer->backward_retained(), 1.0);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace nms

@@ -24,13 +24,14 @@
 // Two execution paths with the same maths and the same random draws (grad_prune's counter-based
 // RNG keyed by (seed, layer stream, step)): `reference` masks dense tensors and calls LibTorch
 // GEMMs (any float dtype, used as the oracle); `kernels` compresses the operands and runs nm_gemm /
-// nm_wgrad (fp32). Masks live in buffers (mask_fwd, mask_bwd as uint8, perm as int64, step as
+// nm_wgrad (fp32). Masks live in buffers (mask_fwd, mask_bwd as uint8, perm, step and mask_step as
 // int64), so a module's state_dict / checkpoint carries them.
 #pragma once
 
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -124,11 +125,15 @@ class SparseLinearImpl : public torch::nn::Cloneable<SparseLinearImpl> {
   torch::Tensor mask_bwd;  // [out, in] uint8 buffer
   torch::Tensor perm;      // [out] int64 buffer (bimask)
   torch::Tensor step;      // [] int64 buffer: training steps taken
+  // [] int64 buffer: the step at which the held masks (transposable) or the permutation (bimask)
+  // were last computed; -1 = never (after configure()). A checkpoint restores it, so a resumed run
+  // refreshes at the same steps as an uninterrupted one.
+  torch::Tensor mask_step;
 
  private:
   SparseLinearOptions options_;
   uint64_t stream_ = 0;
-  bool masks_valid_ = false;  // masks match the current config (false after configure/load)
+  std::shared_ptr<struct SparseLinearWorkspace> workspace_;  // reused compression buffers
   friend struct SparseLinearAccess;
 };
 TORCH_MODULE(SparseLinear);
