@@ -264,5 +264,107 @@ TEST(SparseLinear, MasksOfEveryModeAreValid) {
   }
 }
 
+// Transposable masks are held between refreshes and re-solved every refresh_every steps; a copy of
+// the state (parameters and buffers, as a checkpoint holds them) continues identically.
+TEST(SparseLinear, TransposableRefreshScheduleSurvivesAStateCopy) {
+  torch::manual_seed(6);
+  SparseLinearConfig config =
+      make_config(WeightMode::kTransposable, GradMode::kMvue, {2, 4}, ExecPath::kKernels);
+  config.refresh_every = 3;
+  SparseLinear layer(16, 8);
+  layer->configure(config);
+  const torch::Tensor x = torch::randn({12, 16});
+  const torch::Tensor r = torch::randn({12, 8});
+  step(layer, x, r);
+  EXPECT_EQ(layer->mask_step.item<int64_t>(), 0);
+  const torch::Tensor first = layer->mask_fwd.clone();
+  {
+    torch::NoGradGuard no_grad;  // make the held mask the worst choice
+    layer->weight.mul_(1 - 0.99 * first.to(torch::kFloat));
+  }
+  step(layer, x, r);
+  step(layer, x, r);
+  EXPECT_TRUE(torch::equal(layer->mask_fwd, first));
+  EXPECT_EQ(layer->mask_step.item<int64_t>(), 0);
+
+  SparseLinear copy(16, 8);
+  copy->configure(config);
+  {
+    torch::NoGradGuard no_grad;
+    for (const auto& p : layer->named_parameters())
+      copy->named_parameters()[p.key()].copy_(p.value());
+    for (const auto& b : layer->named_buffers()) copy->named_buffers()[b.key()].copy_(b.value());
+  }
+  const Grads a = step(layer, x, r);  // step 3: re-solved
+  const Grads b = step(copy, x, r);
+  EXPECT_EQ(layer->mask_step.item<int64_t>(), 3);
+  EXPECT_FALSE(torch::equal(layer->mask_fwd, first));
+  EXPECT_TRUE(torch::equal(layer->mask_fwd, copy->mask_fwd));
+  EXPECT_TRUE(torch::equal(a.dw, b.dw));  // same step, same stream: the same MVUE draws
+  EXPECT_TRUE(torch::equal(a.dx, b.dx));
+}
+
+// MVUE through the layer: over K steps (a fresh draw each) the mean weight gradient is the dense
+// one. Each element's mean must lie within 5 standard errors (sample SD / sqrt(K)) of the dense
+// value; for 64 elements a false alarm has probability < 64 · 5.8e-7 under normality (K = 400 draws
+// of a bounded variable: the CLT applies). Elements with zero sample variance must be exact.
+TEST(SparseLinear, MvueWeightGradientIsUnbiasedAcrossSteps) {
+  torch::manual_seed(8);
+  SparseLinear layer(16, 4);
+  layer->configure(make_config(WeightMode::kDense, GradMode::kMvue, {2, 4}, ExecPath::kKernels));
+  const torch::Tensor x = torch::randn({8, 16});
+  const torch::Tensor r = torch::randn({8, 4});
+  const torch::Tensor dense = r.t().mm(x);
+  const int k = 400;
+  torch::Tensor sum = torch::zeros_like(dense, torch::kDouble);
+  torch::Tensor sum_sq = torch::zeros_like(dense, torch::kDouble);
+  for (int i = 0; i < k; ++i) {
+    const torch::Tensor dw = step(layer, x, r).dw.to(torch::kDouble);
+    sum += dw;
+    sum_sq += dw * dw;
+  }
+  const torch::Tensor mean = sum / k;
+  const torch::Tensor var = (sum_sq / k - mean * mean).clamp_min(0) * k / (k - 1);
+  const torch::Tensor se = (var / k).sqrt();
+  const torch::Tensor err = (mean - dense.to(torch::kDouble)).abs();
+  EXPECT_TRUE(torch::all(err <= 5 * se + 1e-5 * dense.abs().to(torch::kDouble)).item<bool>())
+      << "max err/se " << (err / (se + 1e-12)).max().item<double>();
+  EXPECT_GT(var.max().item<double>(), 0.0);  // the draws do change from step to step
+}
+
+TEST(SparseLinear, BadInputGetsClearErrors) {
+  SparseLinear layer(10, 8);
+  testing::expect_error(
+      [&] {
+        layer->configure(
+            make_config(WeightMode::kNm, GradMode::kDense, {2, 4}, ExecPath::kKernels));
+      },
+      "in (10) is not a multiple of m (4)");
+  SparseLinear tall(8, 6);
+  testing::expect_error(
+      [&] {
+        tall->configure(
+            make_config(WeightMode::kTransposable, GradMode::kDense, {2, 4}, ExecPath::kKernels));
+      },
+      "out (6) is not a multiple of m (4)");
+  SparseLinearConfig bad =
+      make_config(WeightMode::kNm, GradMode::kMvueApprox24, {2, 4}, ExecPath::kKernels);
+  bad.grad_pattern = {4, 8};
+  testing::expect_error([&] { bad.validate(); },
+                        "mvue-approx24 needs the gradient pattern 2:4, not 4:8");
+  SparseLinear ok(8, 8);
+  ok->configure(make_config(WeightMode::kNm, GradMode::kMvue, {2, 4}, ExecPath::kKernels));
+  testing::expect_error([&] { ok->forward(torch::randn({2, 7})); }, "input's last dimension (7)");
+  ok->to(torch::kDouble);
+  testing::expect_error(
+      [&] {
+        ok->forward(torch::randn({2, 8}, torch::kDouble));
+      },
+      "path kernels runs float32 only");
+  EXPECT_EQ(weight_mode_from_name("bimask"), WeightMode::kBiMask);
+  EXPECT_EQ(grad_mode_from_name("mvue-approx24"), GradMode::kMvueApprox24);
+  EXPECT_FALSE(weight_mode_from_name("sparse").has_value());
+}
+
 }  // namespace
 }  // namespace nms
