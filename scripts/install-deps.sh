@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Installs what nmsparse needs on Debian 12, and only what is missing (idempotent, quiet when
 # everything is there). Used by `make test`, `make demo` and .ci/run.
+# Data: dataset-fashion-mnist (the default training images), and the Jane Austen corpus through
+# scripts/fetch-austen.sh (one file into the user's cache; a failure there only warns, the tests
+# that need it skip).
 #   scripts/install-deps.sh            build + test dependencies
 #   scripts/install-deps.sh --fuzz     also clang and its libFuzzer runtime
 set -euo pipefail
 
 packages=(cmake ninja-build g++ make pkg-config libgtest-dev libgmock-dev libbenchmark-dev
-          nlohmann-json3-dev libcli11-dev zlib1g-dev python3 liblemon-dev libopenblas-dev)
+          nlohmann-json3-dev libcli11-dev zlib1g-dev python3 liblemon-dev libopenblas-dev
+          dataset-fashion-mnist libtorch-dev gnuplot-nox)
 if [[ "${1:-}" == "--fuzz" ]]; then
   packages+=(clang libclang-rt-14-dev libomp-dev)
 fi
@@ -29,4 +33,8 @@ if command -v python3 >/dev/null && ! python3 -c "import safetensors, numpy" 2>/
   python3 -m pip install -q --disable-pip-version-check safetensors numpy >/dev/null 2>&1 ||
     echo "install-deps: python safetensors not installed; interoperability tests will skip" >&2
 fi
+
+# The Jane Austen corpus (not a package: one file out of r-cran-janeaustenr's .deb).
+"$(dirname "${BASH_SOURCE[0]}")/fetch-austen.sh" ||
+  echo "install-deps: scripts/fetch-austen.sh failed; the Austen corpus is missing (tests skip)" >&2
 exit 0
