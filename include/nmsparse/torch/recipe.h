@@ -26,6 +26,8 @@ struct Recipe {
   std::vector<std::string> skip;
   std::map<std::string, std::string> layer_overrides_json;  // name -> JSON object text
 };
+// Field by field; overrides compare as JSON values (not as text).
+bool operator==(const Recipe& a, const Recipe& b);
 
 Recipe parse_recipe(std::string_view json_text, std::string_view label = "<recipe>");
 Recipe load_recipe(const std::filesystem::path& path);  // errors name the file
@@ -39,7 +41,9 @@ struct SparsifyReport {
 // Configures every SparseLinear in `model` (named by registered path) per the recipe, and gives
 // each a distinct RNG stream from its name (tensor_stream_id). Skips, and lists with the reason:
 // the head (unless include_head), layers in "skip", layers whose shape the pattern does not divide.
-// Throws when a name in "skip"/"layers" matches no layer.
+// Throws when a name in "skip"/"layers" matches no layer (listing the layers), leaving the model
+// unchanged. Skipped layers keep their config; a layer the recipe leaves dense (dense weights and
+// grads) is configured and listed under `skipped`.
 SparsifyReport sparsify(torch::nn::Module& model, const Recipe& recipe,
                         const std::string& head_name = "head");
 
