@@ -83,13 +83,15 @@ inline void micro_tile(const float* entries, int64_t slots, const float* panel, 
   }
 }
 
-// yb[r][t] -> y[t0 + t][r] for t < width, r < rows: 8 x 8 blocks.
-void store_transposed(const NmGemmArgs& a, int64_t t0, int64_t width, const float* yb) {
-  for (int64_t r0 = 0; r0 < a.rows; r0 += 8) {
-    const __m256i rm = first_lanes8(a.rows - r0);
+// yb[r - r_begin][t] -> y[t0 + t][r] for t < width, r in [r_begin, r_end): 8 x 8 blocks.
+void store_transposed(const NmGemmArgs& a, int64_t r_begin, int64_t r_end, int64_t t0,
+                      int64_t width, const float* yb) {
+  for (int64_t r0 = r_begin; r0 < r_end; r0 += 8) {
+    const __m256i rm = first_lanes8(r_end - r0);
+    const float* src = yb + (r0 - r_begin) * kNmGemmPanel;
     for (int64_t tb = 0; tb < width; tb += 8) {
       __m256 blk[8];
-      for (int i = 0; i < 8; ++i) blk[i] = _mm256_load_ps(yb + (r0 + i) * kNmGemmPanel + tb);
+      for (int i = 0; i < 8; ++i) blk[i] = _mm256_load_ps(src + i * kNmGemmPanel + tb);
       transpose8(blk);
       const int64_t tokens = width - tb < 8 ? width - tb : 8;
       for (int64_t i = 0; i < tokens; ++i) {
@@ -101,31 +103,56 @@ void store_transposed(const NmGemmArgs& a, int64_t t0, int64_t width, const floa
 
 }  // namespace
 
-void nm_gemm_avx2_panel(const NmGemmArgs& a, int64_t t0, int64_t width, float* scratch) {
+void nm_gemm_avx2_pack_x(const NmGemmArgs& a, int64_t t0, int64_t width, float* xt) {
   const NmGemmLayout lay(a.rows, a.depth, a.n, a.m);
-  float* panel = scratch;
-  float* yb = scratch + kNmGemmMaxDepthBlock * kNmGemmPanel;  // [out_rows][64]
-  const int64_t out_rows = (lay.tiles * kNmGemmTileRows + 15) / 16 * 16;
-  for (int64_t r = lay.tiles * kNmGemmTileRows; r < out_rows; ++r) {  // read by the transposes
-    for (int c = 0; c < 8; ++c) _mm256_store_ps(yb + r * kNmGemmPanel + 8 * c, _mm256_setzero_ps());
+  for (int64_t b = 0; b < lay.depth_blocks; ++b) {
+    pack_panel(a, t0, width, b * lay.depth_block, lay.block_width(b),
+               xt + b * lay.depth_block * kNmGemmPanel);
+  }
+}
+
+void nm_gemm_avx2_block(const NmGemmArgs& a, int64_t tile0, int64_t tile1, int64_t t0,
+                        int64_t tokens, const float* xt, float* scratch) {
+  const NmGemmLayout lay(a.rows, a.depth, a.n, a.m);
+  const int64_t panels = (tokens + kNmGemmPanel - 1) / kNmGemmPanel;
+  const int64_t out_rows = nm_gemm_out_rows(tile1 - tile0);
+  const int64_t yb_floats = out_rows * kNmGemmPanel;  // per panel: yb[out_rows][64]
+  for (int64_t q = 0; q < panels; ++q) {              // rows past the tiles, read by the transposes
+    for (int64_t r = (tile1 - tile0) * kNmGemmTileRows; r < out_rows; ++r) {
+      for (int c = 0; c < 8; ++c) {
+        _mm256_store_ps(scratch + q * yb_floats + r * kNmGemmPanel + 8 * c, _mm256_setzero_ps());
+      }
+    }
   }
   for (int64_t b = 0; b < lay.depth_blocks; ++b) {
-    pack_panel(a, t0, width, b * lay.depth_block, lay.block_width(b), panel);
     const int64_t first = lay.block_first_slot(b);
     const int64_t slots = lay.block_last_slot(b) - first;
-    for (int64_t tile = 0; tile < lay.tiles; ++tile) {
-      const float* entries = a.packed + lay.entry(tile, first, 0);
-      float* out = yb + tile * kNmGemmTileRows * kNmGemmPanel;
-      for (int64_t q = 0; q < width; q += 16) {
-        if (b == 0) {
-          micro_tile<true>(entries, slots, panel + q, out + q);
-        } else {
-          micro_tile<false>(entries, slots, panel + q, out + q);
+    const float* block_entries = a.packed + lay.entry(tile0, first, 0);
+    const int64_t tile_floats = slots * kNmGemmTileRows * 2;
+    for (int64_t q = 0; q < panels; ++q) {
+      const float* panel = xt + q * lay.panel_floats() + b * lay.depth_block * kNmGemmPanel;
+      float* yb = scratch + q * yb_floats;
+      const int64_t width = tokens - q * kNmGemmPanel;
+      for (int64_t tile = tile0; tile < tile1; ++tile) {
+        const float* entries = block_entries + (tile - tile0) * tile_floats;
+        float* out = yb + (tile - tile0) * kNmGemmTileRows * kNmGemmPanel;
+        for (int64_t c = 0; c < width && c < kNmGemmPanel; c += 16) {
+          if (b == 0) {
+            micro_tile<true>(entries, slots, panel + c, out + c);
+          } else {
+            micro_tile<false>(entries, slots, panel + c, out + c);
+          }
         }
       }
     }
   }
-  store_transposed(a, t0, width, yb);
+  const int64_t r_begin = tile0 * kNmGemmTileRows;
+  const int64_t r_end = tile1 * kNmGemmTileRows < a.rows ? tile1 * kNmGemmTileRows : a.rows;
+  for (int64_t q = 0; q < panels; ++q) {
+    const int64_t width = tokens - q * kNmGemmPanel;
+    store_transposed(a, r_begin, r_end, t0 + q * kNmGemmPanel,
+                     width < kNmGemmPanel ? width : kNmGemmPanel, scratch + q * yb_floats);
+  }
 }
 
 }  // namespace nms::detail

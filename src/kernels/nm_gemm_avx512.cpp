@@ -104,15 +104,18 @@ inline void micro_tile(const float* entries, int64_t slots, const float* panel, 
   }
 }
 
-// yb[r][t] -> y[t0 + t][r] for t < width, r < rows: 16 x 16 blocks, written around the cache when
-// a block row is a whole aligned line (Y is T x R floats, larger than the caches for training
-// shapes; plain stores read every line first: 9 % of the GEMM at T 8192, 768 -> 3072).
-void store_transposed(const NmGemmArgs& a, int64_t t0, int64_t width, const float* yb) {
-  for (int64_t r0 = 0; r0 < a.rows; r0 += 16) {
-    const __mmask16 rm = first_lanes(a.rows - r0);
+// yb[r - r_begin][t] -> y[t0 + t][r] for t < width, r in [r_begin, r_end): 16 x 16 blocks
+// (r_begin a multiple of 48), written around the cache when a block row is a whole aligned line
+// (Y is T x R floats, larger than the caches for training shapes; plain stores read every line
+// first: 9 % of the GEMM at T 8192, 768 -> 3072).
+void store_transposed(const NmGemmArgs& a, int64_t r_begin, int64_t r_end, int64_t t0,
+                      int64_t width, const float* yb) {
+  for (int64_t r0 = r_begin; r0 < r_end; r0 += 16) {
+    const __mmask16 rm = first_lanes(r_end - r0);
+    const float* src = yb + (r0 - r_begin) * kNmGemmPanel;
     for (int64_t tb = 0; tb < width; tb += 16) {
       __m512 blk[16];
-      for (int i = 0; i < 16; ++i) blk[i] = _mm512_load_ps(yb + (r0 + i) * kNmGemmPanel + tb);
+      for (int i = 0; i < 16; ++i) blk[i] = _mm512_load_ps(src + i * kNmGemmPanel + tb);
       transpose16(blk);
       const int64_t tokens = width - tb < 16 ? width - tb : 16;
       for (int64_t i = 0; i < tokens; ++i) {
@@ -129,33 +132,69 @@ void store_transposed(const NmGemmArgs& a, int64_t t0, int64_t width, const floa
 
 }  // namespace
 
-void nm_gemm_avx512_panel(const NmGemmArgs& a, int64_t t0, int64_t width, float* scratch) {
+void nm_gemm_avx512_pack_x(const NmGemmArgs& a, int64_t t0, int64_t width, float* xt) {
   const NmGemmLayout lay(a.rows, a.depth, a.n, a.m);
-  float* panel = scratch;
-  float* yb = scratch + kNmGemmMaxDepthBlock * kNmGemmPanel;  // [out_rows][64]
-  const int64_t out_rows = (lay.tiles * kNmGemmTileRows + 15) / 16 * 16;
-  for (int64_t r = lay.tiles * kNmGemmTileRows; r < out_rows; ++r) {  // read by the transposes
-    for (int c = 0; c < 4; ++c)
-      _mm512_store_ps(yb + r * kNmGemmPanel + 16 * c, _mm512_setzero_ps());
-  }
   for (int64_t b = 0; b < lay.depth_blocks; ++b) {
-    pack_panel(a, t0, width, b * lay.depth_block, lay.block_width(b), panel);
-    const int64_t first = lay.block_first_slot(b);
-    const int64_t slots = lay.block_last_slot(b) - first;
-    for (int64_t tile = 0; tile < lay.tiles; ++tile) {
-      const float* entries = a.packed + lay.entry(tile, first, 0);
-      float* out = yb + tile * kNmGemmTileRows * kNmGemmPanel;
-      const bool shared = a.shared[b * lay.tiles + tile] != 0;
-      if (b == 0) {
-        shared ? micro_tile<true, true>(entries, slots, panel, out)
-               : micro_tile<true, false>(entries, slots, panel, out);
-      } else {
-        shared ? micro_tile<false, true>(entries, slots, panel, out)
-               : micro_tile<false, false>(entries, slots, panel, out);
+    pack_panel(a, t0, width, b * lay.depth_block, lay.block_width(b),
+               xt + b * lay.depth_block * kNmGemmPanel);
+  }
+}
+
+void nm_gemm_avx512_block(const NmGemmArgs& a, int64_t tile0, int64_t tile1, int64_t t0,
+                          int64_t tokens, const float* xt, float* scratch) {
+  const NmGemmLayout lay(a.rows, a.depth, a.n, a.m);
+  const int64_t panels = (tokens + kNmGemmPanel - 1) / kNmGemmPanel;
+  const int64_t out_rows = nm_gemm_out_rows(tile1 - tile0);
+  const int64_t yb_floats = out_rows * kNmGemmPanel;  // per panel: yb[out_rows][64]
+  for (int64_t q = 0; q < panels; ++q) {              // rows past the tiles, read by the transposes
+    for (int64_t r = (tile1 - tile0) * kNmGemmTileRows; r < out_rows; ++r) {
+      for (int c = 0; c < 4; ++c) {
+        _mm512_store_ps(scratch + q * yb_floats + r * kNmGemmPanel + 16 * c, _mm512_setzero_ps());
       }
     }
   }
-  store_transposed(a, t0, width, yb);
+  for (int64_t b = 0; b < lay.depth_blocks; ++b) {
+    const int64_t first = lay.block_first_slot(b);
+    const int64_t slots = lay.block_last_slot(b) - first;
+    const float* block_entries = a.packed + lay.entry(tile0, first, 0);
+    const int64_t tile_floats = slots * kNmGemmTileRows * 2;
+    const uint8_t* shared = a.shared + b * lay.tiles;
+    for (int64_t q = 0; q < panels; ++q) {
+      const float* panel = xt + q * lay.panel_floats() + b * lay.depth_block * kNmGemmPanel;
+      float* yb = scratch + q * yb_floats;
+      // The next panel (this block's next token panel, else the next block's first) is
+      // prefetched into L2 a few lines per tile: the first tiles over it would otherwise wait on
+      // memory (+2-5 % at T 8192, 768 -> 3072; within noise at 512, 4096 -> 4096).
+      const bool next_q = q + 1 < panels;
+      const char* next = reinterpret_cast<const char*>(
+          next_q ? panel + lay.panel_floats() : xt + (b + 1) * lay.depth_block * kNmGemmPanel);
+      const int64_t next_lines =
+          next_q || b + 1 < lay.depth_blocks ? lay.block_width(next_q ? b : b + 1) * 4 : 0;
+      const int64_t lines_per_tile = (next_lines + (tile1 - tile0) - 1) / (tile1 - tile0);
+      int64_t line = 0;
+      for (int64_t tile = tile0; tile < tile1; ++tile) {
+        for (int64_t i = 0; i < lines_per_tile && line < next_lines; ++i, ++line) {
+          _mm_prefetch(next + line * 64, _MM_HINT_T1);
+        }
+        const float* entries = block_entries + (tile - tile0) * tile_floats;
+        float* out = yb + (tile - tile0) * kNmGemmTileRows * kNmGemmPanel;
+        if (b == 0) {
+          shared[tile] ? micro_tile<true, true>(entries, slots, panel, out)
+                       : micro_tile<true, false>(entries, slots, panel, out);
+        } else {
+          shared[tile] ? micro_tile<false, true>(entries, slots, panel, out)
+                       : micro_tile<false, false>(entries, slots, panel, out);
+        }
+      }
+    }
+  }
+  const int64_t r_begin = tile0 * kNmGemmTileRows;
+  const int64_t r_end = tile1 * kNmGemmTileRows < a.rows ? tile1 * kNmGemmTileRows : a.rows;
+  for (int64_t q = 0; q < panels; ++q) {
+    const int64_t width = tokens - q * kNmGemmPanel;
+    store_transposed(a, r_begin, r_end, t0 + q * kNmGemmPanel,
+                     width < kNmGemmPanel ? width : kNmGemmPanel, scratch + q * yb_floats);
+  }
   _mm_sfence();  // streaming stores ordered before the caller's synchronisation
 }
 

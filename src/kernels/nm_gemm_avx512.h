@@ -17,12 +17,23 @@ struct NmGemmArgs {
   int64_t ldy;
 };
 
-// Rows [t0, t0 + width) of Y, width <= kNmGemmPanel: every output element is the fused
+// Packs Xᵀ for tokens [t0, t0 + width), width <= kNmGemmPanel (one panel): xt[b][k][t] =
+// x[t0 + t][b · kc + k] for every depth block b, zero for t >= width.
+// `xt`: 64-byte aligned, NmGemmLayout::panel_floats() floats.
+void nm_gemm_avx512_pack_x(const NmGemmArgs& a, int64_t t0, int64_t width, float* xt);
+
+// Y[t0 .. t0 + tokens)[rows of tiles tile0 .. tile1) (the rows below a.rows) from the packed Xᵀ
+// panels of those tokens (`xt`: ceil(tokens / 64) consecutive panels of panel_floats(); t0 a
+// multiple of kNmGemmPanel): per depth block, per panel, per tile, so each (block, tile) run of
+// entries is loaded from memory once for all the panels. Every output element is the fused
 // multiply-add chain over its kept slots in order from 0, bitwise the scalar path's result.
-// `scratch`: 64-byte aligned, NmGemmLayout::scratch_floats() floats.
-void nm_gemm_avx512_panel(const NmGemmArgs& a, int64_t t0, int64_t width, float* scratch);
+// `scratch`: 64-byte aligned, ceil(tokens / 64) · nm_gemm_out_rows(tile1 - tile0) · 64 floats.
+void nm_gemm_avx512_block(const NmGemmArgs& a, int64_t tile0, int64_t tile1, int64_t t0,
+                          int64_t tokens, const float* xt, float* scratch);
 
 // The same with AVX2 + FMA (nm_gemm_avx2.cpp; called after isa_active() >= Isa::kAvx2).
-void nm_gemm_avx2_panel(const NmGemmArgs& a, int64_t t0, int64_t width, float* scratch);
+void nm_gemm_avx2_pack_x(const NmGemmArgs& a, int64_t t0, int64_t width, float* xt);
+void nm_gemm_avx2_block(const NmGemmArgs& a, int64_t tile0, int64_t tile1, int64_t t0,
+                        int64_t tokens, const float* xt, float* scratch);
 
 }  // namespace nms::detail

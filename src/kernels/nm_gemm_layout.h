@@ -19,6 +19,11 @@ namespace nms {
 inline constexpr int64_t kNmGemmTileRows = 6;  // rows of A per micro-tile (6 x 4 accumulators)
 inline constexpr int64_t kNmGemmPanel = 64;    // tokens per panel: 4 zmm of 16 lanes
 inline constexpr int64_t kNmGemmMaxDepthBlock = 128;  // 128 x 64 floats = 32 KB panel, in L1
+// Cache blocking (nm_gemm.h): panels per work item, rows per row chunk of A (a multiple of 48), and
+// the Xᵀ workspace packed at once (floats; at least one group of panels).
+inline constexpr int64_t kNmGemmGroupPanels = 8;
+inline constexpr int64_t kNmGemmChunkRows = 384;
+inline constexpr int64_t kNmGemmSlabFloats = int64_t{1} << 21;  // 8 MB
 
 namespace detail {
 
@@ -44,11 +49,9 @@ struct NmGemmLayout {
         slots_per_row(k / mm * nn),
         slots_per_block(depth_block / mm * nn) {}
 
-  // Floats of scratch a SIMD kernel keeps per thread: the Xᵀ panel [kc][64] and the output panel
-  // [rows rounded up to 16 (the transposes read whole 16-row blocks)][64].
-  int64_t scratch_floats() const {
-    return (kNmGemmMaxDepthBlock + (tiles * kNmGemmTileRows + 15) / 16 * 16) * kNmGemmPanel;
-  }
+  // Floats of one packed Xᵀ panel for every depth block: [depth_blocks][kc][64] (the last block's
+  // rows past its width unused).
+  int64_t panel_floats() const { return depth_blocks * depth_block * kNmGemmPanel; }
   // Floats of the packed operand: 2 per entry.
   int64_t total_floats() const { return tiles * slots_per_row * kNmGemmTileRows * 2; }
   // Float index of entry (tile, slot, row l).
@@ -72,6 +75,33 @@ struct NmGemmLayout {
     return left < depth_block ? left : depth_block;
   }
 };
+
+// Cache blocking of one call (nm_gemm.h; the sizes were chosen by measurement, see there). A work
+// item is (row chunk of A, group of up to kNmGemmGroupPanels panels): per depth block, per panel of
+// the group, per tile of the chunk, so the chunk's slice of A for a depth block is read from
+// memory once per group and then from L2. Xᵀ is packed up front, one slab of panels at a time.
+struct NmGemmBlocking {
+  int64_t tiles = 0;         // tiles of A
+  int64_t units = 0;         // ceil(tiles / 8): chunks are made of whole units of 8 tiles
+  int64_t chunks = 0;        // row chunks, of nearly equal size (at most one unit apart)
+  int64_t group_panels = 0;  // panels per work item (the last group of a slab may hold fewer)
+  int64_t slab_panels = 0;   // panels of Xᵀ packed at once: a multiple of group_panels
+
+  // First tile of chunk c (c <= chunks): a multiple of 8 tiles (48 rows: whole tiles and whole
+  // 16-row transposes into Y).
+  int64_t chunk_begin(int64_t c) const {
+    const int64_t t = c * units / chunks * 8;
+    return t < tiles ? t : tiles;
+  }
+  // Tiles of the largest chunk.
+  int64_t max_chunk_tiles() const { return (units + chunks - 1) / chunks * 8; }
+};
+
+// Rows of one panel's output block for `tiles` tiles: rounded up to 16 (the transposes into Y
+// read whole 16-row blocks).
+inline int64_t nm_gemm_out_rows(int64_t tiles) {
+  return (tiles * kNmGemmTileRows + 15) / 16 * 16;
+}
 
 }  // namespace detail
 }  // namespace nms

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "kernels/nm_gemm_layout.h"
@@ -150,6 +151,31 @@ TEST(NmGemm, LongRows) {
   check_case({10, 1552, 65, {8, 16}, NmAxis::kCols}, 6, 5);
 }
 
+TEST(NmGemm, BlockingEdges) {
+  // Work items are (row chunk of A, group of panels), Xᵀ packed a slab of panels at a time
+  // (nm_gemm_layout.h): row chunks that do not divide R, groups that do not divide the panels,
+  // T < 64 with several chunks, several slabs, at 1, 2 and 3 threads (the chunk count follows the
+  // thread count). Every level is checked bit for bit against the scalar path, whose rows do not
+  // depend on the blocking.
+  const int64_t chunk_rows = kNmGemmChunkRows;
+  const int64_t group_tokens = kNmGemmGroupPanels * kNmGemmPanel;
+  // Depth whose packed Xᵀ panel alone fills a slab's budget: one group per slab.
+  const int64_t wide = kNmGemmSlabFloats / kNmGemmGroupPanels / kNmGemmPanel;
+  uint64_t seed = 700;
+  for (int threads : {1, 2, 3}) {
+    SCOPED_TRACE("threads " + std::to_string(threads));
+    ScopedNumThreads scoped(threads);
+    for (NmAxis axis : {NmAxis::kRows, NmAxis::kCols}) {
+      check_case({group_tokens + 2 * kNmGemmPanel + 3, 136, 2 * chunk_rows + 100, {2, 4}, axis},
+                 seed++, /*pad=*/3);
+      check_case({5, 136, chunk_rows + 7, {2, 4}, axis}, seed++);
+      check_case({63, 264, chunk_rows + 48, {1, 4}, axis}, seed++, 1);
+      check_case({group_tokens + 1, 80, 4, {8, 16}, axis}, seed++);
+      check_case({2 * group_tokens + 70, wide, 13, {2, 4}, axis}, seed++, 2);
+    }
+  }
+}
+
 TEST(NmGemm, SharedColumnsTakeTheReusePathWithTheSameResults) {
   // A vector-wise mask with blocks of 12 rows: every tile of 6 rows keeps the same columns in
   // every depth block, so the kernel loads each panel row once per tile (nm_gemm.h); results are
@@ -163,6 +189,15 @@ TEST(NmGemm, SharedColumnsTakeTheReusePathWithTheSameResults) {
     const NmGemmOperand a = nm_gemm_pack(nm_compress(w.view(), p));
     for (int64_t k = 0; k < a.shared.size(); ++k) ASSERT_EQ(a.shared.data()[k], 1) << k;
     check_matrix({70, 192, 37, p, NmAxis::kRows}, w, seed++, 2);
+  }
+  {  // Several row chunks and panel groups.
+    const NmPattern p{2, 4};
+    const int64_t rows = kNmGemmChunkRows + 60;
+    Matrix w = testing::random_matrix(rows, 136, seed++);
+    Matrix scores(rows, 136);
+    for (int64_t k = 0; k < w.size(); ++k) scores.data()[k] = std::fabs(w.data()[k]);
+    apply_mask(w.view(), mask_nm_vectorwise(scores.view(), p, 12));
+    check_matrix({kNmGemmGroupPanels * kNmGemmPanel + 70, 136, rows, p, NmAxis::kRows}, w, seed++);
   }
   // A per-row mask of random data shares nothing.
   const Matrix d = random_nm(12, 64, {2, 4}, NmAxis::kRows, 9);
@@ -190,15 +225,20 @@ TEST(NmGemm, SameBitsForOneAndTwoThreads) {
 TEST(NmGemm, ScratchBytes) {
   const Matrix d = random_nm(100, 256, {2, 4}, NmAxis::kRows, 7);
   const NmGemmOperand a = nm_gemm_pack(nm_compress(d.view(), {2, 4}));
+  ScopedNumThreads threads(1);
   {
     ScopedIsa level(Isa::kScalar);
     EXPECT_EQ(nm_gemm_scratch_bytes(a), 0);
   }
   if (isa_supported() >= Isa::kAvx2) {
-    // The Xᵀ panel (kNmGemmMaxDepthBlock x 64) and 102 output rows (17 tiles, rounded up to 112)
-    // x 64 floats.
+    // A worker's output blocks: a group of panels x 17 tiles (one chunk of 3 units of 8 tiles: 144
+    // rows) x 64 floats; the calling thread's Xᵀ workspace: the panels of 2 depth blocks that
+    // kNmGemmSlabFloats holds, in whole groups.
     ScopedIsa level(Isa::kAvx2);
-    EXPECT_EQ(nm_gemm_scratch_bytes(a), 4 * (kNmGemmMaxDepthBlock + 112) * kNmGemmPanel);
+    const int64_t panel = 2 * kNmGemmMaxDepthBlock * kNmGemmPanel;
+    const int64_t slab = kNmGemmSlabFloats / (kNmGemmGroupPanels * panel) * kNmGemmGroupPanels;
+    EXPECT_EQ(nm_gemm_scratch_bytes(a),
+              4 * (kNmGemmGroupPanels * 144 * kNmGemmPanel + slab * panel));
   }
 }
 

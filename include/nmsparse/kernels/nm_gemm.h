@@ -8,13 +8,25 @@
 //                                                       e.g. grad_prune_compressed's MVUE output)
 //
 // The first two are one operation, Y = X · Aᵀ with A [R, K] N:M along K: A = W for the forward
-// GEMM, A = Wᵀ for backward-data. nm_gemm computes it token-vectorised, as Yᵀ = A · Xᵀ: per panel
-// of 64 tokens and depth block of up to 128 columns, Xᵀ is packed into a [kc][64] panel (32 KB,
-// in L1; 64 columns measured the same on per-row masks and 8 % slower on vector-wise ones); each
+// GEMM, A = Wᵀ for backward-data. nm_gemm computes it token-vectorised, as Yᵀ = A · Xᵀ: Xᵀ is
+// packed into panels of 64 tokens, each [kc][64] per depth block of up to 128 columns (32 KB, in
+// L1; 64 columns measured the same on per-row masks and 8 % slower on vector-wise ones); each
 // micro-tile of 6 rows of A x 64 tokens keeps 24 zmm accumulators and, per kept slot and row,
 // broadcasts the value and multiply-adds it with the 4 vectors of the panel row its column selects
-// (1 broadcast + 4 loads per 4 FMAs; no shuffles in the inner loop). The output panel is transposed
-// into Y with 16 x 16 in-register transposes and streaming stores.
+// (1 broadcast + 4 loads per 4 FMAs; no shuffles in the inner loop). Output blocks [rows][64] are
+// transposed into Y with 16 x 16 in-register transposes and streaming stores.
+//
+// Cache blocking: a work item is (row chunk of at most 384 rows of A, group of up to 8 panels =
+// 512 tokens); it runs depth block → panel of the group → tile of the chunk, so the chunk's slice
+// of packed A for one depth block (384 x 64 entries = 192 KB at 2:4) comes from memory once per
+// group and from L2 for the group's other panels, next to the group's output blocks (8 x 384 x 64
+// floats = 768 KB; L2 is 2 MB per core here). Xᵀ is packed once per call, a slab of panels (about
+// 8 MB, at least one group) at a time, and shared by the row chunks. Before, each 64-token panel
+// streamed the whole packed A: at 4096 -> 4096 (A 64 MB at 2:4) that made the kernel memory-bound
+// at 0.71x of OpenBLAS, one thread. Sizes measured (one thread, CPU time, T 512 x 4096 -> 4096 /
+// 8192 x 768 -> 3072 / 2048 x 1024 -> 1024): groups of 4 panels x 768 rows 90 / 168 / 19.6 ms,
+// 8 x 384 81-83 / 166-173 / 19.1 ms, 8 x 768 77-84 / 177 / 18.9 ms, 16 x 192 81 / 179 / 20.8 ms;
+// the per-panel kernel 133 / 200 / 21.5 ms.
 //
 // Operand reuse: when the 6 rows of a micro-tile keep the same columns in a depth block (a
 // vector-wise N:M mask with blocks of a multiple of 6 rows), the kernel loads each panel row once
@@ -72,9 +84,11 @@ void nm_gemm_pack_into(const CompressedNm& compressed, NmGemmOperand& dst);
 // x and y span must not overlap (checked; views into the same rows of one buffer are refused).
 void nm_gemm(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y);
 
-// Scratch nm_gemm keeps per worker thread for this operand at the active ISA level (the Xᵀ panel
-// and one output panel of R x 64 floats; 0 on the scalar path). It is allocated on first use and
-// reused by later calls on the same thread.
+// Scratch nm_gemm keeps for this operand at the active ISA level and thread count, at its largest
+// (T of a slab or more; 0 on the scalar path): each worker thread's output blocks (a group of
+// panels x a row chunk x 64 floats, under 1 MB) plus the calling thread's Xᵀ workspace (one slab
+// of packed panels: about 8 MB, or one group of 8 panels when K > 4096). Allocated on first use
+// and reused by later calls on the same thread.
 int64_t nm_gemm_scratch_bytes(const NmGemmOperand& a);
 
 }  // namespace nms
