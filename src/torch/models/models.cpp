@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cmath>
+#include <limits>
 #include <sstream>
 
 #include "nmsparse/core/error.h"
@@ -52,26 +53,32 @@ class AttentionImpl : public torch::nn::Module {
     proj = register_module("proj", SparseLinear(width, width));
   }
 
-  // x [B, T, width] -> [B, T, width].
+  // x [B, T, width] -> [B, T, width]. The heads run as one batch of B·H [T, D] matrices.
   torch::Tensor forward(const torch::Tensor& x) {
     const int64_t b = x.size(0);
     const int64_t t = x.size(1);
     const int64_t width = x.size(2);
-    // [B, T, 3, H, D] -> [3, B, H, T, D]
-    auto qkv_out = qkv->forward(x).view({b, t, 3, heads_, head_dim_}).permute({2, 0, 3, 1, 4});
-    auto q = qkv_out[0];
-    auto k = qkv_out[1];
-    auto v = qkv_out[2];
-    auto scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(head_dim_)));
+    // [B, T, 3, H, D] -> 3 × [B, H, T, D] -> [B·H, T, D]. unbind, not three selects: its backward
+    // is one stack, where each select's would zero-fill the whole qkv gradient.
+    const auto parts =
+        qkv->forward(x).view({b, t, 3, heads_, head_dim_}).permute({2, 0, 3, 1, 4}).unbind(0);
+    const auto q = parts[0].reshape({b * heads_, t, head_dim_});
+    const auto k = parts[1].reshape({b * heads_, t, head_dim_});
+    const auto v = parts[2].reshape({b * heads_, t, head_dim_});
+    const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
+    torch::Tensor scores;  // [B·H, T, T]
     if (causal_) {
-      auto future =
-          torch::ones({t, t}, torch::TensorOptions().dtype(torch::kBool).device(x.device()))
-              .triu(1);
-      scores = scores.masked_fill(future, -std::numeric_limits<float>::infinity());
+      // The mask as an additive bias fused into the GEMM (masked_fill would copy the scores).
+      const auto bias =
+          torch::full({t, t}, -std::numeric_limits<float>::infinity(), x.options()).triu(1);
+      scores = torch::baddbmm(bias, q, k.transpose(1, 2), /*beta=*/1.0, /*alpha=*/scale);
+    } else {
+      scores = torch::bmm(q, k.transpose(1, 2)).mul_(scale);
     }
-    auto attn = torch::softmax(scores, -1);
-    // [B, H, T, D] -> [B, T, H, D] -> [B, T, width], contiguous for proj.
-    auto out = torch::matmul(attn, v).transpose(1, 2).contiguous().view({b, t, width});
+    const auto attn = torch::softmax(scores, -1);
+    // [B·H, T, D] -> [B, H, T, D] -> [B, T, H, D] -> [B, T, width], contiguous for proj.
+    const auto out =
+        torch::bmm(attn, v).view({b, heads_, t, head_dim_}).transpose(1, 2).reshape({b, t, width});
     return proj->forward(out);
   }
 
