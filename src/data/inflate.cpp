@@ -17,6 +17,7 @@ namespace nms::detail {
 namespace {
 
 constexpr size_t kMaxPiece = std::numeric_limits<uInt>::max();
+constexpr uint64_t kMaxDeflateRatio = 1032;
 
 class InflateStream {
  public:
@@ -51,10 +52,18 @@ Inflated inflate_bounded(std::span<const uint8_t> src, ZFormat format, uint64_t 
   z_stream* zs = stream.get();
 
   // Output grows by doubling up to max_out + 1 bytes: reaching that extra byte proves the data
-  // decompresses to more than max_out.
+  // decompresses to more than max_out. The first allocation is a guess that hostile input cannot
+  // inflate: deflate expands at most ~1032:1, and gzip's trailer gives the size of a single member
+  // (mod 2^32), so the common case needs no regrowth and no copy.
   const uint64_t out_cap = max_out + 1;
-  std::vector<uint8_t> out(static_cast<size_t>(std::min<uint64_t>(
-      out_cap, std::max<uint64_t>(uint64_t{1} << 16, 4 * uint64_t{src.size()}))));
+  uint64_t guess = std::min(out_cap, kMaxDeflateRatio * src.size() + 64);
+  if (format == ZFormat::kGzip && src.size() >= 4) {
+    const uint8_t* t = src.data() + src.size() - 4;
+    const uint64_t isize =
+        uint64_t{t[0]} | uint64_t{t[1]} << 8 | uint64_t{t[2]} << 16 | uint64_t{t[3]} << 24;
+    guess = std::min(guess, isize + 1);
+  }
+  std::vector<uint8_t> out(size_t(std::max<uint64_t>(std::min<uint64_t>(out_cap, 4096), guess)));
   size_t produced = 0;
   size_t fed = 0;  // input bytes handed to zlib so far (consumed = fed - avail_in)
   for (;;) {
