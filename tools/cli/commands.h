@@ -16,5 +16,8 @@ void add_bench_command(CLI::App& app, int& exit_code);  // bench masks, bench ke
 // `bench kernels` under the `bench` command (cmd_bench_kernels.cpp).
 void add_bench_kernels_subcommand(CLI::App& bench, int& exit_code);
 void add_gradprune_command(CLI::App& app, int& exit_code);
+// `train` (cmd_train.cpp, built with LibTorch); without LibTorch main.cpp registers a stand-in
+// that says how to get it.
+void add_train_command(CLI::App& app, int& exit_code);
 
 }  // namespace nms::cli

@@ -10,6 +10,21 @@
 #include "nmsparse/core/error.h"
 #include "nmsparse/io/atomic_file.h"
 
+#ifndef NMS_HAVE_TORCH
+// `nmsparse train` without LibTorch: the command exists and says how to get it.
+void nms::cli::add_train_command(CLI::App& app, int& exit_code) {
+  CLI::App* cmd = app.add_subcommand("train", "Sparse training (needs LibTorch; not built in)");
+  cmd->allow_extras();
+  cmd->prefix_command();
+  cmd->callback([&exit_code] {
+    exit_code = nms::cli::kExitBadInput;
+    throw nms::Error(
+        "train: built without LibTorch: apt-get install libtorch-dev (or run "
+        "scripts/install-deps.sh) and rebuild");
+  });
+}
+#endif
+
 int main(int argc, char** argv) {
   CLI::App app{
       "nmsparse: N:M sparse masks, verification and compressed formats for neural-network "
@@ -29,6 +44,7 @@ int main(int argc, char** argv) {
   nms::cli::add_generate_command(app, exit_code);
   nms::cli::add_bench_command(app, exit_code);
   nms::cli::add_gradprune_command(app, exit_code);
+  nms::cli::add_train_command(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
