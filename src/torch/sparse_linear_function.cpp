@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -22,6 +23,7 @@
 #include "nmsparse/grad/prune.h"
 #include "nmsparse/kernels/nm_gemm.h"
 #include "nmsparse/kernels/nm_wgrad.h"
+#include "nmsparse/kernels/transpose.h"
 #include "nmsparse/mask/bimask.h"
 #include "nmsparse/mask/standard.h"
 #include "nmsparse/mask/transposable.h"
@@ -34,7 +36,11 @@ namespace nms {
 // allocates only its output tensors.
 struct SparseLinearWorkspace {
   CompressedNm weight_rows;  // M_f ⊙ W, kRows
-  CompressedNm weight_cols;  // M_b ⊙ W (row-permuted for bimask), kCols
+  Matrix weight_t;           // (P W)ᵀ
+  BitMask mask_t;            // (P M_b)ᵀ
+  int64_t mask_t_step = -2;  // transposable: mask_step and mask_bwd version mask_t was made from
+  int64_t mask_t_version = -1;
+  CompressedNm weight_cols;  // (P (M_b ⊙ W))ᵀ compressed along rows
   NmGemmOperand forward_operand;
   NmGemmOperand backward_operand;
   CompressedNm pruned_dy;  // prune(dY), kCols
@@ -166,6 +172,7 @@ struct StepState : torch::CustomClassHolder {
   SparseLinearConfig config;
   uint64_t stream = 0;
   int64_t step = 0;
+  int64_t mask_step = -1;  // the layer's mask_step after the update
   torch::Tensor mask_fwd;  // uint8 [out, in] (undefined for dense weights)
   torch::Tensor mask_bwd;
   std::shared_ptr<const BitMask> fwd_bits;  // kernel path: M_f
@@ -253,6 +260,7 @@ void update_masks(SparseLinearImpl& layer, bool training, StepState& state) {
       }
     }
   }
+  state.mask_step = layer.mask_step.item<int64_t>();
   state.mask_fwd = layer.mask_fwd.clone();
   state.mask_bwd = layer.mask_bwd.clone();
   state.fwd_bits = std::move(fwd_bits);
@@ -363,31 +371,39 @@ class SparseLinearFunction : public torch::autograd::Function<SparseLinearFuncti
       ProfileTimer timer(g_profile.backward_data_gemm);
       return dy.mm(wb);
     }
+    // A = (P (M_b ⊙ W))ᵀ, P the row permutation (bimask) or the identity, built as the row
+    // compression of the transposed W and mask (nmsparse/kernels/transpose.h: ~5x cheaper than
+    // compressing W along columns); dX = (dY Pᵀ) Aᵀ, the columns of dY in perm order.
     SparseLinearWorkspace& ws = SparseLinearAccess::workspace(*st.layer);
     NMS_ASSERT(st.bwd_bits != nullptr);
-    if (config.weights == WeightMode::kTransposable) {
-      {
-        ProfileTimer timer(g_profile.operand_prep);
-        nm_compress_masked_into(const_view(w), *st.bwd_bits, config.pattern, NmAxis::kCols,
-                                ws.weight_cols);
-      }
-      return kernel_gemm(dy, ws.weight_cols, ws.backward_operand, g_profile.operand_prep,
-                         g_profile.backward_data_gemm);
-    }
-    // Bi-Mask: dX = (dY Pᵀ)(P (M_b ⊙ W)), the rows of W and the columns of dY in perm order.
-    torch::Tensor dy_perm;
+    const bool bimask = config.weights == WeightMode::kBiMask;
+    const std::span<const int64_t> order =
+        bimask ? std::span<const int64_t>(st.perm) : std::span<const int64_t>();
+    torch::Tensor dy_in = dy;
     {
       ProfileTimer timer(g_profile.operand_prep);
-      const torch::Tensor perm =
-          torch::from_blob(const_cast<int64_t*>(st.perm.data()),
-                           {static_cast<int64_t>(st.perm.size())}, torch::kInt64);
-      const torch::Tensor w_perm = w.index_select(0, perm).contiguous();
-      const BitMask bwd_perm = permute_rows(*st.bwd_bits, st.perm);
-      nm_compress_masked_into(const_view(w_perm), bwd_perm, config.pattern, NmAxis::kCols,
+      if (ws.weight_t.rows() != w.size(1) || ws.weight_t.cols() != w.size(0)) {
+        ws.weight_t = Matrix(w.size(1), w.size(0));
+      }
+      transpose_into(const_view(w), ws.weight_t.view(), order);
+      // The held transposable mask changes only at a refresh (or a load): transpose it then.
+      const int64_t version = static_cast<int64_t>(st.layer->mask_bwd._version());
+      const bool cached = !bimask && ws.mask_t_step == st.mask_step && ws.mask_t_version == version;
+      if (!cached) {
+        ws.mask_t = transpose_mask(*st.bwd_bits, order);
+        ws.mask_t_step = bimask ? -2 : st.mask_step;
+        ws.mask_t_version = version;
+      }
+      nm_compress_masked_into(ws.weight_t.view(), ws.mask_t, config.pattern, NmAxis::kRows,
                               ws.weight_cols);
-      dy_perm = dy.index_select(1, perm).contiguous();
+      if (bimask) {
+        const torch::Tensor perm =
+            torch::from_blob(const_cast<int64_t*>(st.perm.data()),
+                             {static_cast<int64_t>(st.perm.size())}, torch::kInt64);
+        dy_in = dy.index_select(1, perm);
+      }
     }
-    return kernel_gemm(dy_perm, ws.weight_cols, ws.backward_operand, g_profile.operand_prep,
+    return kernel_gemm(dy_in, ws.weight_cols, ws.backward_operand, g_profile.operand_prep,
                        g_profile.backward_data_gemm);
   }
 

@@ -1,0 +1,112 @@
+// transpose_into and transpose_mask (nmsparse/kernels/transpose.h).
+#include "nmsparse/kernels/transpose.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "core/parallel.h"
+#include "nmsparse/core/error.h"
+#include "nmsparse/core/isa.h"
+#ifdef NMS_HAVE_AVX512_KERNELS
+#include "kernels/transpose_avx512.h"
+#endif
+
+namespace nms {
+namespace {
+
+constexpr int64_t kBlock = 16;
+constexpr int64_t kColumnsPerItem = 256;  // dst rows per work item: 256 x K floats written
+
+std::vector<int64_t> checked_order(std::span<const int64_t> order, int64_t rows, const char* what) {
+  std::vector<int64_t> out(order.empty() ? static_cast<size_t>(rows) : order.size());
+  for (size_t k = 0; k < out.size(); ++k) {
+    const int64_t r = order.empty() ? static_cast<int64_t>(k) : order[k];
+    if (r < 0 || r >= rows) {
+      detail::throw_error(what,
+                          detail::concat("order[", k, "] = ", r, " is outside [0, ", rows, ")"));
+    }
+    out[k] = r;
+  }
+  return out;
+}
+
+}  // namespace
+
+void transpose_into(ConstMatrixViewF src, MatrixViewF dst, std::span<const int64_t> order) {
+  const std::vector<int64_t> rows = checked_order(order, src.rows(), "transpose_into");
+  const auto k_len = static_cast<int64_t>(rows.size());
+  NMS_CHECK(dst.rows() == src.cols() && dst.cols() == k_len, "dst is ", dst.rows(), " x ",
+            dst.cols(), ", expected ", src.cols(), " x ", k_len);
+  const int64_t c_len = src.cols();
+#ifdef NMS_HAVE_AVX512_KERNELS
+  const bool simd = isa_active() == Isa::kAvx512;
+#else
+  const bool simd = false;
+#endif
+  const int64_t items = (c_len + kColumnsPerItem - 1) / kColumnsPerItem;
+  detail::parallel_for(items, [&](int64_t item) {
+    const int64_t j_begin = item * kColumnsPerItem;
+    const int64_t j_end = std::min(c_len, j_begin + kColumnsPerItem);
+    int64_t k0 = 0;
+    if (simd) {
+#ifdef NMS_HAVE_AVX512_KERNELS
+      for (; k0 + kBlock <= k_len; k0 += kBlock) {
+        int64_t j0 = j_begin;
+        for (; j0 + kBlock <= j_end; j0 += kBlock) {
+          const float* block_rows[kBlock];
+          for (int64_t i = 0; i < kBlock; ++i) block_rows[i] = src.row(rows[k0 + i]) + j0;
+          detail::transpose16_avx512(block_rows, dst.row(j0) + k0, dst.ld());
+        }
+        for (; j0 < j_end; ++j0) {
+          for (int64_t i = 0; i < kBlock; ++i) dst(j0, k0 + i) = src(rows[k0 + i], j0);
+        }
+      }
+#endif
+    }
+    for (; k0 < k_len; k0 += kBlock) {  // scalar: whole matrix, or the last k_len % 16 rows
+      const int64_t k1 = std::min(k_len, k0 + kBlock);
+      for (int64_t j = j_begin; j < j_end; ++j) {
+        for (int64_t k = k0; k < k1; ++k) dst(j, k) = src(rows[k], j);
+      }
+    }
+  });
+}
+
+BitMask transpose_mask(const BitMask& mask, std::span<const int64_t> order) {
+  const std::vector<int64_t> rows = checked_order(order, mask.rows(), "transpose_mask");
+  const auto k_len = static_cast<int64_t>(rows.size());
+  const int64_t c_len = mask.cols();
+  BitMask out(c_len, k_len);
+  // 8 x 8 bit blocks: byte i of x = bits j0 .. j0+7 of source row k0 + i; after the transpose
+  // byte i holds bit i... of each byte, i.e. bits k0 .. k0+7 of destination row j0 + i.
+  const int64_t items = (c_len + 63) / 64;
+  detail::parallel_for(items, [&](int64_t item) {
+    const int64_t j_begin = item * 64;
+    const int64_t j_end = std::min(c_len, j_begin + 64);
+    for (int64_t k0 = 0; k0 < k_len; k0 += 8) {
+      const int64_t kn = std::min<int64_t>(8, k_len - k0);
+      for (int64_t j0 = j_begin; j0 < j_end; j0 += 8) {
+        uint64_t x = 0;
+        for (int64_t i = 0; i < kn; ++i) {
+          const uint64_t word = mask.row_words(rows[k0 + i])[j0 >> 6];
+          x |= ((word >> (j0 & 63)) & 0xFF) << (8 * i);
+        }
+        // Transpose the 8 x 8 bit matrix (row i = byte i, column b = bit b) in three swaps.
+        uint64_t t = (x ^ (x >> 7)) & 0x00AA00AA00AA00AAull;
+        x ^= t ^ (t << 7);
+        t = (x ^ (x >> 14)) & 0x0000CCCC0000CCCCull;
+        x ^= t ^ (t << 14);
+        t = (x ^ (x >> 28)) & 0x00000000F0F0F0F0ull;
+        x ^= t ^ (t << 28);
+        const int64_t jn = std::min<int64_t>(8, j_end - j0);
+        for (int64_t b = 0; b < jn; ++b) {
+          const uint64_t bits = (x >> (8 * b)) & 0xFF;
+          out.row_words(j0 + b)[k0 >> 6] |= bits << (k0 & 63);
+        }
+      }
+    }
+  });
+  return out;
+}
+
+}  // namespace nms
