@@ -149,7 +149,9 @@ void add_decay(torch::Tensor& dw, const torch::Tensor& w, const torch::Tensor& m
   const float* x = w.data_ptr<float>();
   const uint8_t* m = mask.data_ptr<uint8_t>();
   at::parallel_for(0, dw.numel(), 1 << 16, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) d[i] += m[i] != 0 ? 0.0f : lambda * x[i];
+    // Branch-free (the mask is random: a branch mispredicts half the time and made this pass
+    // 11 % of an MLP step at batch 128); vectorises to compare, convert, multiply, add.
+    for (int64_t i = begin; i < end; ++i) d[i] += lambda * x[i] * static_cast<float>(m[i] == 0);
   });
 }
 
@@ -281,7 +283,7 @@ torch::Tensor masked(const torch::Tensor& w, const torch::Tensor& mask) {
   const float* x = w.data_ptr<float>();
   const uint8_t* m = mask.data_ptr<uint8_t>();
   at::parallel_for(0, w.numel(), 1 << 16, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) o[i] = m[i] != 0 ? x[i] : 0.0f;
+    for (int64_t i = begin; i < end; ++i) o[i] = x[i] * static_cast<float>(m[i] != 0);
   });
   return out;
 }
