@@ -117,7 +117,12 @@ void nm_gemm_avx2_block(const NmGemmArgs& a, int64_t tile0, int64_t tile1, int64
   const int64_t panels = (tokens + kNmGemmPanel - 1) / kNmGemmPanel;
   const int64_t out_rows = nm_gemm_out_rows(tile1 - tile0);
   const int64_t yb_floats = out_rows * kNmGemmPanel;  // per panel: yb[out_rows][64]
-  for (int64_t q = 0; q < panels; ++q) {              // rows past the tiles, read by the transposes
+  // xt == nullptr: the panels are packed here, one depth block at a time, after the output blocks.
+  float* const own = xt == nullptr ? scratch + panels * yb_floats : nullptr;
+  const int64_t panel_stride = own ? lay.depth_block * kNmGemmPanel : lay.panel_floats();
+  const int64_t block_stride = own ? 0 : lay.depth_block * kNmGemmPanel;
+  if (own) xt = own;
+  for (int64_t q = 0; q < panels; ++q) {  // rows past the tiles, read by the transposes
     for (int64_t r = (tile1 - tile0) * kNmGemmTileRows; r < out_rows; ++r) {
       for (int c = 0; c < 8; ++c) {
         _mm256_store_ps(scratch + q * yb_floats + r * kNmGemmPanel + 8 * c, _mm256_setzero_ps());
@@ -129,8 +134,13 @@ void nm_gemm_avx2_block(const NmGemmArgs& a, int64_t tile0, int64_t tile1, int64
     const int64_t slots = lay.block_last_slot(b) - first;
     const float* block_entries = a.packed + lay.entry(tile0, first, 0);
     const int64_t tile_floats = slots * kNmGemmTileRows * 2;
+    for (int64_t q = 0; own && q < panels; ++q) {
+      const int64_t width = tokens - q * kNmGemmPanel;
+      pack_panel(a, t0 + q * kNmGemmPanel, width < kNmGemmPanel ? width : kNmGemmPanel,
+                 b * lay.depth_block, lay.block_width(b), own + q * panel_stride);
+    }
     for (int64_t q = 0; q < panels; ++q) {
-      const float* panel = xt + q * lay.panel_floats() + b * lay.depth_block * kNmGemmPanel;
+      const float* panel = xt + q * panel_stride + b * block_stride;
       float* yb = scratch + q * yb_floats;
       const int64_t width = tokens - q * kNmGemmPanel;
       for (int64_t tile = tile0; tile < tile1; ++tile) {

@@ -146,7 +146,12 @@ void nm_gemm_avx512_block(const NmGemmArgs& a, int64_t tile0, int64_t tile1, int
   const int64_t panels = (tokens + kNmGemmPanel - 1) / kNmGemmPanel;
   const int64_t out_rows = nm_gemm_out_rows(tile1 - tile0);
   const int64_t yb_floats = out_rows * kNmGemmPanel;  // per panel: yb[out_rows][64]
-  for (int64_t q = 0; q < panels; ++q) {              // rows past the tiles, read by the transposes
+  // xt == nullptr: the panels are packed here, one depth block at a time, after the output blocks.
+  float* const own = xt == nullptr ? scratch + panels * yb_floats : nullptr;
+  const int64_t panel_stride = own ? lay.depth_block * kNmGemmPanel : lay.panel_floats();
+  const int64_t block_stride = own ? 0 : lay.depth_block * kNmGemmPanel;
+  if (own) xt = own;
+  for (int64_t q = 0; q < panels; ++q) {  // rows past the tiles, read by the transposes
     for (int64_t r = (tile1 - tile0) * kNmGemmTileRows; r < out_rows; ++r) {
       for (int c = 0; c < 4; ++c) {
         _mm512_store_ps(scratch + q * yb_floats + r * kNmGemmPanel + 16 * c, _mm512_setzero_ps());
@@ -159,17 +164,24 @@ void nm_gemm_avx512_block(const NmGemmArgs& a, int64_t tile0, int64_t tile1, int
     const float* block_entries = a.packed + lay.entry(tile0, first, 0);
     const int64_t tile_floats = slots * kNmGemmTileRows * 2;
     const uint8_t* shared = a.shared + b * lay.tiles;
+    for (int64_t q = 0; own && q < panels; ++q) {
+      const int64_t width = tokens - q * kNmGemmPanel;
+      pack_panel(a, t0 + q * kNmGemmPanel, width < kNmGemmPanel ? width : kNmGemmPanel,
+                 b * lay.depth_block, lay.block_width(b), own + q * panel_stride);
+    }
     for (int64_t q = 0; q < panels; ++q) {
-      const float* panel = xt + q * lay.panel_floats() + b * lay.depth_block * kNmGemmPanel;
+      const float* panel = xt + q * panel_stride + b * block_stride;
       float* yb = scratch + q * yb_floats;
-      // The next panel (this block's next token panel, else the next block's first) is
+      // The next shared panel (this block's next token panel, else the next block's first) is
       // prefetched into L2 a few lines per tile: the first tiles over it would otherwise wait on
-      // memory (+2-5 % at T 8192, 768 -> 3072; within noise at 512, 4096 -> 4096).
+      // memory (+2-5 % at T 8192, 768 -> 3072; within noise at 512, 4096 -> 4096). Panels packed
+      // here are in L2 already.
       const bool next_q = q + 1 < panels;
-      const char* next = reinterpret_cast<const char*>(
-          next_q ? panel + lay.panel_floats() : xt + (b + 1) * lay.depth_block * kNmGemmPanel);
-      const int64_t next_lines =
-          next_q || b + 1 < lay.depth_blocks ? lay.block_width(next_q ? b : b + 1) * 4 : 0;
+      const char* next = reinterpret_cast<const char*>(next_q ? panel + panel_stride
+                                                              : xt + (b + 1) * block_stride);
+      const int64_t next_lines = !own && (next_q || b + 1 < lay.depth_blocks)
+                                     ? lay.block_width(next_q ? b : b + 1) * 4
+                                     : 0;
       const int64_t lines_per_tile = (next_lines + (tile1 - tile0) - 1) / (tile1 - tile0);
       int64_t line = 0;
       for (int64_t tile = tile0; tile < tile1; ++tile) {

@@ -86,6 +86,7 @@ struct NmGemmBlocking {
   int64_t chunks = 0;        // row chunks, of nearly equal size (at most one unit apart)
   int64_t group_panels = 0;  // panels per work item (the last group of a slab may hold fewer)
   int64_t slab_panels = 0;   // panels of Xᵀ packed at once: a multiple of group_panels
+  bool own_pack = false;     // each item packs its own panels (one row chunk: nothing to share)
 
   // First tile of chunk c (c <= chunks): a multiple of 8 tiles (48 rows: whole tiles and whole
   // 16-row transposes into Y).

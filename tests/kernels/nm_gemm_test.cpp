@@ -182,9 +182,13 @@ TEST(NmGemm, BlockingEdges) {
       check_case({5, 136, chunk_rows + 7, {2, 4}, axis}, seed++);
       check_case({63, 264, chunk_rows + 48, {1, 4}, axis}, seed++, 1);
     }
-    // 3, 2 and 1 slabs at 1, 2 and 3 threads (a slab holds a group per thread at least).
-    check_case({2 * group_tokens + 70, wide, 13, {2, 4}, NmAxis::kRows}, seed++, 2);
+    // One row chunk: each item packs its own panels (no shared workspace).
+    check_case({2 * group_tokens + 70, 136, 13, {2, 4}, NmAxis::kRows}, seed++, 2);
   }
+  // Two row chunks sharing a workspace of 5 panels (9 panels: groups of 5 and 4, the workspace
+  // holds one group of this depth), so two slabs; one thread (a slab holds a group per thread).
+  ScopedNumThreads one(1);
+  check_case({group_tokens + 8, wide, chunk_rows + 7, {1, 4}, NmAxis::kRows}, seed++, 1);
 }
 
 TEST(NmGemm, SharedColumnsTakeTheReusePathWithTheSameResults) {
@@ -242,14 +246,24 @@ TEST(NmGemm, ScratchBytes) {
     EXPECT_EQ(nm_gemm_scratch_bytes(a), 0);
   }
   if (isa_supported() >= Isa::kAvx2) {
-    // A worker's output blocks: a group of panels x 17 tiles (one chunk of 3 units of 8 tiles: 144
-    // rows) x 64 floats; the calling thread's Xᵀ workspace: the panels of 2 depth blocks that
-    // kNmGemmSlabFloats holds, in whole groups.
+    // One row chunk, so no shared Xᵀ workspace: a worker's output blocks for a group of panels x
+    // 17 tiles (one chunk of 3 units of 8 tiles: 144 rows) x 64 floats, and its own Xᵀ panels of
+    // one depth block.
+    ScopedIsa level(Isa::kAvx2);
+    EXPECT_EQ(nm_gemm_scratch_bytes(a),
+              4 * kNmGemmGroupPanels * (144 + kNmGemmMaxDepthBlock) * kNmGemmPanel);
+  }
+  if (isa_supported() >= Isa::kAvx2) {
+    // Two row chunks: a worker's output blocks (a group of panels x kNmGemmChunkRows x 64
+    // floats), plus the calling thread's Xᵀ workspace shared by the chunks: the panels of 2 depth
+    // blocks that kNmGemmSlabFloats holds, in whole groups.
+    const Matrix d2 = random_nm(2 * kNmGemmChunkRows, 256, {2, 4}, NmAxis::kRows, 8);
+    const NmGemmOperand a2 = nm_gemm_pack(nm_compress(d2.view(), {2, 4}));
     ScopedIsa level(Isa::kAvx2);
     const int64_t panel = 2 * kNmGemmMaxDepthBlock * kNmGemmPanel;
     const int64_t slab = kNmGemmSlabFloats / (kNmGemmGroupPanels * panel) * kNmGemmGroupPanels;
-    EXPECT_EQ(nm_gemm_scratch_bytes(a),
-              4 * (kNmGemmGroupPanels * 144 * kNmGemmPanel + slab * panel));
+    EXPECT_EQ(nm_gemm_scratch_bytes(a2),
+              4 * (kNmGemmGroupPanels * kNmGemmChunkRows * kNmGemmPanel + slab * panel));
   }
 }
 

@@ -20,13 +20,16 @@
 // 512 tokens); it runs depth block → panel of the group → tile of the chunk, so the chunk's slice
 // of packed A for one depth block (384 x 64 entries = 192 KB at 2:4) comes from memory once per
 // group and from L2 for the group's other panels, next to the group's output blocks (8 x 384 x 64
-// floats = 768 KB; L2 is 2 MB per core here). Xᵀ is packed once per call, a slab of panels (about
-// 8 MB, at least one group) at a time, and shared by the row chunks. Before, each 64-token panel
-// streamed the whole packed A: at 4096 -> 4096 (A 64 MB at 2:4) that made the kernel memory-bound
-// at 0.71x of OpenBLAS, one thread. Sizes measured (one thread, CPU time, T 512 x 4096 -> 4096 /
-// 8192 x 768 -> 3072 / 2048 x 1024 -> 1024): groups of 4 panels x 768 rows 90 / 168 / 19.6 ms,
-// 8 x 384 81-83 / 166-173 / 19.1 ms, 8 x 768 77-84 / 177 / 18.9 ms, 16 x 192 81 / 179 / 20.8 ms;
-// the per-panel kernel 133 / 200 / 21.5 ms.
+// floats = 768 KB; L2 is 2 MB per core here). With several row chunks, Xᵀ is packed once per call
+// into a shared workspace (a slab of panels, about 8 MB, at a time) read by every chunk; with one
+// chunk (R <= 384) each item packs its own panels a depth block at a time, in L2. Before, each
+// 64-token panel streamed the whole packed A: at 4096 -> 4096 (A 64 MB at 2:4) the kernel was
+// memory-bound at 0.65-0.71x of OpenBLAS, one thread. Sizes measured (one thread, CPU time, T 512
+// x 4096 -> 4096 / 8192 x 768 -> 3072 / 2048 x 1024 -> 1024; ±5 % on this shared machine): 4
+// panels x 768 rows 90 / 168 / 19.6 ms, 8 x 384 80-84 / 170-173 / 19.1-20 ms, 8 x 768 77-87 /
+// 172-186 / 19.5-19.9 ms, 16 x 192 81 / 179 / 20.8 ms; the per-panel kernel 133-143 / 180-200 /
+// 19.6-21.5 ms. Own packing with two chunks (8192 x 3072 -> 768) measured 7 % slower than the
+// shared workspace.
 //
 // Operand reuse: when the 6 rows of a micro-tile keep the same columns in a depth block (a
 // vector-wise N:M mask with blocks of a multiple of 6 rows), the kernel loads each panel row once
@@ -86,9 +89,10 @@ void nm_gemm(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y);
 
 // Scratch nm_gemm keeps for this operand at the active ISA level and thread count, at its largest
 // (T of a slab or more; 0 on the scalar path): each worker thread's output blocks (a group of
-// panels x a row chunk x 64 floats, under 1 MB) plus the calling thread's Xᵀ workspace (one slab
-// of packed panels: about 8 MB, or one group of 8 panels when K > 4096). Allocated on first use
-// and reused by later calls on the same thread.
+// panels x a row chunk x 64 floats, under 1 MB; plus its own Xᵀ panels of one depth block, 256 KB,
+// when R <= 384) plus, when A has several row chunks, the calling thread's Xᵀ workspace (one slab
+// of packed panels: about 8 MB, or a group per thread when K > 4096). Allocated on first use and
+// reused by later calls on the same thread.
 int64_t nm_gemm_scratch_bytes(const NmGemmOperand& a);
 
 }  // namespace nms
