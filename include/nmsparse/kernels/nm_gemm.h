@@ -42,8 +42,9 @@
 // L1 loads at ~1.3 zmm loads per cycle. Dense OpenBLAS sgemm reuses every loaded vector over many
 // FMAs and reaches ~5.2 G FMAs/s (165 GFLOP/s), so per-row 2:4 in fp32 cannot exceed about
 // 2 x 3.85 / 5.2 = 1.48x here; the whole GEMM reaches 1.12-1.18x at 2:4 (T 8192 x 768 -> 3072,
-// 8192 x 3072 -> 768, 2048^3) and 2.1x at 1:4; with a vector-wise mask of 48-row blocks (the
-// reuse path) 1.69-1.77x at 2:4 and 2.9-3.05x at 1:4. The output-vectorised kernel of
+// 8192 x 3072 -> 768, 2048^3; with the cache blocking also 1.21x / 1.27x forward / backward-data
+// at 512 x 4096 -> 4096, from 0.76x / 0.79x) and 2.1x at 1:4; with a vector-wise mask of 48-row
+// blocks (the reuse path) 1.69-1.77x at 2:4 and 2.9-3.05x at 1:4. The output-vectorised kernel of
 // research/kernels.md (permute X by stored lane indices, 1.52x on Zen 4) ran at 0.87x here: a zmm
 // permute and a zmm FMA share port 5.
 //
