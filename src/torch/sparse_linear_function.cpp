@@ -35,15 +35,13 @@ namespace nms {
 // Buffers reused from step to step (one per layer): after the first step a kernel-path step
 // allocates only its output tensors.
 struct SparseLinearWorkspace {
-  CompressedNm weight_rows;  // M_f ⊙ W, kRows
   Matrix weight_t;           // (P W)ᵀ
   BitMask mask_t;            // (P M_b)ᵀ
   int64_t mask_t_step = -2;  // transposable: mask_step and mask_bwd version mask_t was made from
   int64_t mask_t_version = -1;
-  CompressedNm weight_cols;  // (P (M_b ⊙ W))ᵀ compressed along rows
-  NmGemmOperand forward_operand;
-  NmGemmOperand backward_operand;
-  CompressedNm pruned_dy;  // prune(dY), kCols
+  NmGemmOperand forward_operand;   // M_f ⊙ W
+  NmGemmOperand backward_operand;  // (P (M_b ⊙ W))ᵀ
+  CompressedNm pruned_dy;          // prune(dY), kCols
   NmWgradWorkspace wgrad;
 };
 
@@ -288,13 +286,8 @@ torch::Tensor masked(const torch::Tensor& w, const torch::Tensor& mask) {
   return out;
 }
 
-// Y = X Aᵀ on the kernel path for a compressed A (packed into `operand`).
-torch::Tensor kernel_gemm(const torch::Tensor& x, const CompressedNm& a, NmGemmOperand& operand,
-                          double& pack_slot, double& gemm_slot) {
-  {
-    ProfileTimer timer(pack_slot);
-    nm_gemm_pack_into(a, operand);
-  }
+// Y = X Aᵀ on the kernel path for a packed A.
+torch::Tensor kernel_gemm(const torch::Tensor& x, const NmGemmOperand& operand, double& gemm_slot) {
   ProfileTimer timer(gemm_slot);
   torch::Tensor y = torch::empty({x.size(0), operand.rows}, x.options());
   nm_gemm(const_view(x), operand, mutable_view(y));
@@ -320,11 +313,10 @@ class SparseLinearFunction : public torch::autograd::Function<SparseLinearFuncti
       SparseLinearWorkspace& ws = SparseLinearAccess::workspace(*state->layer);
       {
         ProfileTimer timer(g_profile.operand_prep);
-        nm_compress_masked_into(const_view(w), *state->fwd_bits, config.pattern, NmAxis::kRows,
-                                ws.weight_rows);
+        nm_gemm_pack_masked_into(const_view(w), *state->fwd_bits, config.pattern,
+                                 ws.forward_operand);
       }
-      y = kernel_gemm(x, ws.weight_rows, ws.forward_operand, g_profile.operand_prep,
-                      g_profile.forward_gemm);
+      y = kernel_gemm(x, ws.forward_operand, g_profile.forward_gemm);
       if (b.defined()) y.add_(b);
     }
     ctx->save_for_backward({x, w});
@@ -373,9 +365,9 @@ class SparseLinearFunction : public torch::autograd::Function<SparseLinearFuncti
       ProfileTimer timer(g_profile.backward_data_gemm);
       return dy.mm(wb);
     }
-    // A = (P (M_b ⊙ W))ᵀ, P the row permutation (bimask) or the identity, built as the row
-    // compression of the transposed W and mask (nmsparse/kernels/transpose.h: ~5x cheaper than
-    // compressing W along columns); dX = (dY Pᵀ) Aᵀ, the columns of dY in perm order.
+    // A = (P (M_b ⊙ W))ᵀ, P the row permutation (bimask) or the identity, packed from the
+    // transposed W and mask (nmsparse/kernels/transpose.h: ~5x cheaper than compressing W along
+    // columns); dX = (dY Pᵀ) Aᵀ, the columns of dY in perm order.
     SparseLinearWorkspace& ws = SparseLinearAccess::workspace(*st.layer);
     NMS_ASSERT(st.bwd_bits != nullptr);
     const bool bimask = config.weights == WeightMode::kBiMask;
@@ -396,8 +388,7 @@ class SparseLinearFunction : public torch::autograd::Function<SparseLinearFuncti
         ws.mask_t_step = bimask ? -2 : st.mask_step;
         ws.mask_t_version = version;
       }
-      nm_compress_masked_into(ws.weight_t.view(), ws.mask_t, config.pattern, NmAxis::kRows,
-                              ws.weight_cols);
+      nm_gemm_pack_masked_into(ws.weight_t.view(), ws.mask_t, config.pattern, ws.backward_operand);
       if (bimask) {
         const torch::Tensor perm =
             torch::from_blob(const_cast<int64_t*>(st.perm.data()),
@@ -405,8 +396,7 @@ class SparseLinearFunction : public torch::autograd::Function<SparseLinearFuncti
         dy_in = dy.index_select(1, perm);
       }
     }
-    return kernel_gemm(dy_in, ws.weight_cols, ws.backward_operand, g_profile.operand_prep,
-                       g_profile.backward_data_gemm);
+    return kernel_gemm(dy_in, ws.backward_operand, g_profile.backward_data_gemm);
   }
 
   static torch::Tensor weight_grad(const torch::Tensor& dy, const torch::Tensor& x,

@@ -300,3 +300,69 @@ TEST(NmGemm, Errors) {
 
 }  // namespace
 }  // namespace nms
+
+namespace nms {
+namespace {
+
+// nm_gemm_pack_masked_into equals nm_gemm_pack(nm_compress_masked(...)) entry for entry, on tile
+// and depth-block edges, with groups that keep fewer than n (padding) and strided input.
+TEST(NmGemmPackMasked, EqualsPackOfTheCompressedMatrix) {
+  for (NmPattern p : {NmPattern{1, 2}, NmPattern{2, 4}, NmPattern{1, 4}, NmPattern{4, 8},
+                      NmPattern{3, 7}, NmPattern{16, 32}, NmPattern{8, 64}}) {
+    for (int64_t rows : {1, 5, 6, 7, 13}) {
+      for (int64_t groups : {1, 3, 40}) {
+        SCOPED_TRACE(::testing::Message()
+                     << p.to_string() << " " << rows << " rows, " << groups << " groups");
+        const int64_t k = groups * p.m;
+        std::vector<float> a(static_cast<size_t>(rows * (k + 5)));
+        for (size_t i = 0; i < a.size(); ++i)
+          a[i] = static_cast<float>((i * 2654435761u) % 1000) - 500.0f;
+        const ConstMatrixViewF av(a.data(), rows, k, k + 5);
+        BitMask mask(rows, k);
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t g = 0; g < groups; ++g) {
+            const int keep = static_cast<int>((r + g) % (p.n + 1));  // 0..n kept
+            for (int j = 0; j < keep; ++j) mask.set(r, g * p.m + (j * 3 + r) % p.m);
+          }
+        }
+        // (j * 3 + r) % m may repeat: the set then keeps fewer, which is still valid.
+        const NmGemmOperand want = nm_gemm_pack(nm_compress_masked(av, mask, p));
+        NmGemmOperand got;
+        nm_gemm_pack_masked_into(av, mask, p, got);
+        ASSERT_EQ(got.rows, want.rows);
+        ASSERT_EQ(got.depth, want.depth);
+        ASSERT_EQ(got.packed.size(), want.packed.size());
+        ASSERT_EQ(std::memcmp(got.packed.data(), want.packed.data(), want.packed.size() * 4), 0);
+        ASSERT_EQ(got.shared.size(), want.shared.size());
+        ASSERT_EQ(std::memcmp(got.shared.data(), want.shared.data(), want.shared.size()), 0);
+      }
+    }
+  }
+}
+
+TEST(NmGemmPackMasked, Errors) {
+  std::vector<float> a(16, 1.0f);
+  BitMask mask(2, 8);
+  mask.set(1, 4);
+  mask.set(1, 5);
+  mask.set(1, 6);
+  NmGemmOperand op;
+  testing::expect_error(
+      [&] {
+        nm_gemm_pack_masked_into(ConstMatrixViewF(a.data(), 2, 8), mask, {2, 4}, op);
+      },
+      "row 1 group 1 (columns 4..7) keeps 3 > n (2)");
+  testing::expect_error(
+      [&] {
+        nm_gemm_pack_masked_into(ConstMatrixViewF(a.data(), 2, 8), BitMask(2, 4), {2, 4}, op);
+      },
+      "mask shape (2 x 4) differs from the matrix (2 x 8)");
+  testing::expect_error(
+      [&] {
+        nm_gemm_pack_masked_into(ConstMatrixViewF(a.data(), 2, 8), mask, {2, 3}, op);
+      },
+      "m (3) does not divide the grouped axis (8)");
+}
+
+}  // namespace
+}  // namespace nms

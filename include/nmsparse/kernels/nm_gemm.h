@@ -58,6 +58,7 @@
 #include <cstdint>
 
 #include "nmsparse/core/aligned_buffer.h"
+#include "nmsparse/core/bit_mask.h"
 #include "nmsparse/core/matrix_view.h"
 #include "nmsparse/core/nm_pattern.h"
 #include "nmsparse/format/compressed_nm.h"
@@ -83,6 +84,13 @@ struct NmGemmOperand {
 NmGemmOperand nm_gemm_pack(const CompressedNm& compressed);
 // The same into `dst`, reusing its buffer when the size fits (no allocation per step).
 void nm_gemm_pack_into(const CompressedNm& compressed, NmGemmOperand& dst);
+
+// The same operand straight from dense A [R, K] (any ld) and an N:M mask along K, without the
+// compressed intermediate: nm_gemm_pack(nm_compress_masked(a, mask, pattern)) entry for entry,
+// in one pass (the training layers' per-step packing of W and (P W)ᵀ). Throws when a group keeps
+// more than n, naming it (dst is then unspecified).
+void nm_gemm_pack_masked_into(ConstMatrixViewF a, const BitMask& mask, NmPattern pattern,
+                              NmGemmOperand& dst);
 
 // Y = X · Aᵀ: x [T, K] (any ld >= K), y [T, R] (any ld >= R; overwritten). The address ranges
 // x and y span must not overlap (checked; views into the same rows of one buffer are refused).

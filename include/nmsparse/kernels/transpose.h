@@ -1,8 +1,8 @@
 // Transposes with an optional row order, for building the backward-data operand of a training
-// layer from W every step: (P W)ᵀ and its mask, compressed along rows, is the kCols compression
-// of P W that nm_gemm needs for dX = dY W, and compressing rows is ~5x faster than compressing
-// columns (a 4096 x 4096 fp32 W: transpose ~8 ms + compress rows ~15 ms, against ~70 ms for the
-// column compressor on one thread).
+// layer from W every step: (P W)ᵀ and its mask, packed along rows (nm_gemm_pack_masked_into), is
+// the operand nm_gemm needs for dX = dY W, and working along rows is ~5x faster than compressing
+// W along columns (a 4096 x 4096 fp32 W: transpose ~8 ms + compress rows ~15 ms, against ~70 ms
+// for the column compressor on one thread).
 //
 //   transpose_into(src [R, C], dst [C, K], order):  dst[j][k] = src[order[k]][j]
 //   transpose_mask(mask [R, C], order) -> [C, K]:   result[j][k] = mask[order[k]][j]
