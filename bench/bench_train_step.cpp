@@ -143,10 +143,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   set_threads(threads);
-  // Keep freed blocks in the heap: glibc otherwise maps and unmaps every tensor over 32 MB (a
-  // 4096 x 4096 gradient is 64 MB), and the page faults of touching fresh pages cost ~7 % of a
-  // step, dense or sparse alike.
-  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  // Keep freed blocks in the heap: glibc otherwise maps and unmaps every block over its mmap
+  // threshold (at most 32 MB; a 4096 x 4096 gradient is 64 MB), and the page faults of touching
+  // fresh pages cost ~7 % of a step, dense or sparse alike.
+  mallopt(M_MMAP_MAX, 0);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   const nms::NmPattern pattern = nms::NmPattern::parse(nm);
 

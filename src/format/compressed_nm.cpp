@@ -11,6 +11,7 @@
 #include <emmintrin.h>
 #endif
 
+#include "core/bits.h"
 #include "core/parallel.h"
 #include "nmsparse/core/error.h"
 #include "nmsparse/core/threading.h"
@@ -31,18 +32,7 @@ inline int read_bits(const uint8_t* row, int64_t bit, int count) {
   return static_cast<int>((v >> (bit & 7)) & ((1u << count) - 1));
 }
 
-// Population count that stays inline without POPCNT (not in the x86-64 baseline, where
-// std::popcount becomes a libgcc call that showed up at 4% of compress time).
-inline int popcount64(uint64_t x) {
-#if defined(__POPCNT__) || !defined(__x86_64__)
-  return std::popcount(x);
-#else
-  x = x - ((x >> 1) & 0x5555555555555555ull);
-  x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
-  x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0full;
-  return static_cast<int>((x * 0x0101010101010101ull) >> 56);
-#endif
-}
+using detail::popcount64;
 
 // Pads `kept` (popcount pc <= n) with its lowest clear bits until it has n set bits.
 inline uint64_t pad_kept(uint64_t kept, int pc, int n) {

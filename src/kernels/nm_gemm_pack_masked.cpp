@@ -7,6 +7,7 @@
 #include <bit>
 #include <cstring>
 
+#include "core/bits.h"
 #include "core/parallel.h"
 #include "kernels/nm_gemm_layout.h"
 #include "nmsparse/core/error.h"
@@ -61,7 +62,7 @@ void nm_gemm_pack_masked_into(ConstMatrixViewF a, const BitMask& mask, NmPattern
           }
           const int64_t c0 = col0 + gi * m;
           const uint64_t real = row_bits(mask.row_words(r), c0, m);
-          const int count = std::popcount(real);
+          const int count = detail::popcount64(real);
           NMS_CHECK(count <= n, "row ", r, " group ", c0 / m, " (columns ", c0, "..", c0 + m - 1,
                     ") keeps ", count, " > n (", n, ")");
           uint64_t kept = real;
