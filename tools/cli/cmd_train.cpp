@@ -23,6 +23,7 @@ struct TrainCliOptions {
   int64_t width = 0;
   int64_t blocks = 0;
   int64_t context = 0;
+  int64_t heads = 0;
   std::string nm = "2:4";
   std::string weights = "dense";
   std::string grads = "dense";
@@ -76,10 +77,15 @@ TrainOptions build_options(const TrainCliOptions& o) {
   const auto kind = model_kind_from_name(o.model);
   NMS_CHECK(kind.has_value(), "unknown --model '", o.model, "' (expected mlp, vit or charlm)");
   t.model.kind = *kind;
+  if (*kind == ModelKind::kCharLm) {  // the small char-GPT of docs/training.md
+    t.model.width = 128;
+    t.model.heads = 4;
+  }
   if (!o.hidden.empty()) t.model.mlp_hidden = parse_sizes(o.hidden);
   if (o.width > 0) t.model.width = o.width;
   if (o.blocks > 0) t.model.blocks = o.blocks;
   if (o.context > 0) t.model.context = o.context;
+  if (o.heads > 0) t.model.heads = o.heads;
   if (!o.recipe.empty()) {
     t.recipe = load_recipe(o.recipe);
   } else {
@@ -286,7 +292,8 @@ void add_train_command(CLI::App& app, int& exit_code) {
       "--resume continues bit-identically. See docs/training.md.");
   cmd->add_option("--model", o->model, "mlp, vit or charlm")->capture_default_str();
   cmd->add_option("--hidden", o->hidden, "mlp hidden sizes, e.g. 1024,1024 (default)");
-  cmd->add_option("--width", o->width, "vit/charlm embedding width (default 192)");
+  cmd->add_option("--width", o->width, "vit/charlm embedding width (default 192 vit, 128 charlm)");
+  cmd->add_option("--heads", o->heads, "vit/charlm attention heads (default 3 vit, 4 charlm)");
   cmd->add_option("--blocks", o->blocks, "vit/charlm transformer blocks (default 4)");
   cmd->add_option("--context", o->context, "charlm context length (default 128)");
   auto* nm = cmd->add_option("--nm", o->nm, "Weight pattern N:M = keep at most N of every M")

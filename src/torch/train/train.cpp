@@ -316,7 +316,10 @@ std::optional<OptimizerKind> optimizer_from_name(std::string_view name) {
 }
 
 void TrainOptions::validate() const {
-  model.validate();
+  ModelConfig checked = model;
+  // charlm's vocabulary comes from the corpus in train(); 0 means "not known yet".
+  if (checked.kind == ModelKind::kCharLm && checked.vocab == 0) checked.vocab = 256;
+  checked.validate();
   recipe.defaults.validate();
   NMS_CHECK(epochs >= 1, "epochs (", epochs, ") must be at least 1");
   NMS_CHECK(batch >= 1, "batch (", batch, ") must be at least 1");
