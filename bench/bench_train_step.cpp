@@ -125,14 +125,22 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (a == "--model") model = next();
-    else if (a == "--hidden") hidden = std::stoll(next());
-    else if (a == "--batch") batch = std::stoll(next());
-    else if (a == "--nm") nm = next();
-    else if (a == "--threads") threads = std::stoi(next());
-    else if (a == "--rounds") rounds = std::stoi(next());
-    else if (a == "--configs") configs_text = next();
-    else if (a == "--json") json_path = next();
+    if (a == "--model")
+      model = next();
+    else if (a == "--hidden")
+      hidden = std::stoll(next());
+    else if (a == "--batch")
+      batch = std::stoll(next());
+    else if (a == "--nm")
+      nm = next();
+    else if (a == "--threads")
+      threads = std::stoi(next());
+    else if (a == "--rounds")
+      rounds = std::stoi(next());
+    else if (a == "--configs")
+      configs_text = next();
+    else if (a == "--json")
+      json_path = next();
     else {
       std::cerr << "bench_train_step: unknown argument '" << a << "'\n";
       return 2;
@@ -181,13 +189,13 @@ int main(int argc, char** argv) {
   }
 
   const double dense_ms = 1e3 * nms::bench::median(times[0]);
-  std::printf("model %s%s, batch %lld, %s, %d thread(s), isa %s, %d rounds\n", model.c_str(),
-              model == "mlp" ? (" 784-" + std::to_string(hidden) + "-" + std::to_string(hidden) +
-                                "-10")
-                                   .c_str()
-                             : "",
-              static_cast<long long>(batch), nm.c_str(), threads,
-              std::string(nms::isa_name(nms::isa_active())).c_str(), rounds);
+  std::printf(
+      "model %s%s, batch %lld, %s, %d thread(s), isa %s, %d rounds\n", model.c_str(),
+      model == "mlp"
+          ? (" 784-" + std::to_string(hidden) + "-" + std::to_string(hidden) + "-10").c_str()
+          : "",
+      static_cast<long long>(batch), nm.c_str(), threads,
+      std::string(nms::isa_name(nms::isa_active())).c_str(), rounds);
   std::printf("%-20s %10s %8s | mean ms in layers: %7s %7s %7s %7s %7s\n", "config", "step ms",
               "speedup", "fwd", "bwd-dat", "wgrad", "masks", "prep");
   std::string json = "{\"model\": \"" + model + "\", \"hidden\": " + std::to_string(hidden) +
