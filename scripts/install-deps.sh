@@ -4,13 +4,14 @@
 # Data: dataset-fashion-mnist (the default training images), and the Jane Austen corpus through
 # scripts/fetch-austen.sh (one file into the user's cache; a failure there only warns, the tests
 # that need it skip).
+# python3-torch + python3-numpy: examples/calibrate_torch.py and its test (which skips without them).
 #   scripts/install-deps.sh            build + test dependencies
 #   scripts/install-deps.sh --fuzz     also clang and its libFuzzer runtime
 set -euo pipefail
 
 packages=(cmake ninja-build g++ make pkg-config libgtest-dev libgmock-dev libbenchmark-dev
           nlohmann-json3-dev libcli11-dev zlib1g-dev python3 liblemon-dev libopenblas-dev
-          dataset-fashion-mnist libtorch-dev gnuplot-nox)
+          dataset-fashion-mnist libtorch-dev gnuplot-nox python3-torch python3-numpy)
 if [[ "${1:-}" == "--fuzz" ]]; then
   packages+=(clang libclang-rt-14-dev libomp-dev)
 fi

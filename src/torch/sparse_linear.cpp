@@ -165,6 +165,10 @@ double SparseLinearImpl::backward_retained() const {
 torch::Tensor SparseLinearImpl::forward(const torch::Tensor& x) {
   NMS_CHECK(x.dim() >= 1 && x.size(-1) == options_.in_features, "input's last dimension (",
             x.dim() >= 1 ? x.size(-1) : 0, ") must be in_features (", options_.in_features, ")");
+  if (input_observer_) {
+    torch::NoGradGuard no_grad;
+    input_observer_(x.detach().reshape({-1, options_.in_features}).to(torch::kFloat).contiguous());
+  }
   return sparse_linear_apply(*this, x);
 }
 

@@ -40,6 +40,7 @@ struct TrainCliOptions {
   int threads = 0;
   std::string out;
   std::string resume;
+  std::string init;
   int64_t limit_train = 0;
   int64_t limit_test = 0;
   int64_t steps_per_epoch = 0;
@@ -134,6 +135,7 @@ TrainOptions build_options(const TrainCliOptions& o) {
   t.stop_after_epochs = o.stop_after;
   t.out_dir = o.out;
   t.resume_dir = o.resume;
+  t.init_path = o.init;
   t.plot = !o.no_plot;
   t.validate();
   return t;
@@ -225,7 +227,15 @@ int run_train(const TrainCliOptions& o) {
 
   if (entries.empty()) {
     const TrainReport r = train(options, data, callbacks);
-    if (!printer.quiet) {
+    if (!printer.quiet && options.epochs == 0) {
+      std::printf("evaluated%s: %s\nreport.json in %s/\n",
+                  options.init_path.empty() ? "" : (" " + options.init_path.string()).c_str(),
+                  charlm ? ("val loss " + format_fixed(r.final_test_loss, 4)).c_str()
+                         : ("test accuracy " + format_fixed(100.0 * r.final_test_accuracy, 2) +
+                            "%, test loss " + format_fixed(r.final_test_loss, 4))
+                               .c_str(),
+                  options.out_dir.string().c_str());
+    } else if (!printer.quiet) {
       if (!r.plot_warning.empty())
         std::fprintf(stderr, "nmsparse: warning: %s\n", r.plot_warning.c_str());
       std::printf(
@@ -320,7 +330,9 @@ void add_train_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--compare", o->compare,
                   "Comma-separated weights+grads configs run one after another into OUT/<name>/, "
                   "e.g. dense,bimask+mvue,transposable+mvue,nm+topn (overrides --weights/--grads)");
-  cmd->add_option("--epochs", o->epochs, "Epochs (the cosine schedule spans them all)")
+  cmd->add_option("--epochs", o->epochs,
+                  "Epochs (the cosine schedule spans them all); 0 = evaluate only (with --init: "
+                  "the given weights), writing report.json and no checkpoint")
       ->capture_default_str();
   cmd->add_option("--batch", o->batch, "Batch size")->capture_default_str();
   cmd->add_option("--lr", o->lr, "Peak learning rate (0 = 0.05 for sgd, 1e-3 for adamw)")
@@ -333,6 +345,9 @@ void add_train_command(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--out", o->out, "Output directory (checkpoint, report.json, plots)")->required();
   cmd->add_option("--resume", o->resume, "Continue the run whose checkpoint is in this directory");
+  cmd->add_option("--init", o->init,
+                  "Start a fresh run (new optimiser, any recipe) from the parameters model.<name> "
+                  "of this safetensors file: a training checkpoint or a pruned copy of one");
   cmd->add_option("--limit-train", o->limit_train, "Use only the first N training images");
   cmd->add_option("--limit-test", o->limit_test, "Use only the first N test images / val windows");
   cmd->add_option("--steps-per-epoch", o->steps_per_epoch,

@@ -19,5 +19,8 @@ void add_gradprune_command(CLI::App& app, int& exit_code);
 // `train` (cmd_train.cpp, built with LibTorch); without LibTorch main.cpp registers a stand-in
 // that says how to get it.
 void add_train_command(CLI::App& app, int& exit_code);
+// `calibrate` (cmd_calibrate.cpp, built with LibTorch and nmsparse_prune); otherwise main.cpp
+// registers a stand-in that says what is missing.
+void add_calibrate_command(CLI::App& app, int& exit_code);
 
 }  // namespace nms::cli

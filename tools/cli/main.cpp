@@ -25,6 +25,22 @@ void nms::cli::add_train_command(CLI::App& app, int& exit_code) {
 }
 #endif
 
+#ifndef NMS_HAVE_CALIBRATE
+// `nmsparse calibrate` without LibTorch or nmsparse_prune (OpenBLAS): says how to get them.
+void nms::cli::add_calibrate_command(CLI::App& app, int& exit_code) {
+  CLI::App* cmd = app.add_subcommand(
+      "calibrate", "Calibration statistics of a trained model (needs LibTorch and OpenBLAS)");
+  cmd->allow_extras();
+  cmd->prefix_command();
+  cmd->callback([&exit_code] {
+    exit_code = nms::cli::kExitBadInput;
+    throw nms::Error(
+        "calibrate: built without LibTorch or OpenBLAS: apt-get install libtorch-dev "
+        "libopenblas-dev (or run scripts/install-deps.sh) and rebuild");
+  });
+}
+#endif
+
 int main(int argc, char** argv) {
   CLI::App app{
       "nmsparse: N:M sparse masks, verification and compressed formats for neural-network "
@@ -45,6 +61,7 @@ int main(int argc, char** argv) {
   nms::cli::add_bench_command(app, exit_code);
   nms::cli::add_gradprune_command(app, exit_code);
   nms::cli::add_train_command(app, exit_code);
+  nms::cli::add_calibrate_command(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

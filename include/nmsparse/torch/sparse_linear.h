@@ -31,6 +31,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -101,6 +102,14 @@ class SparseLinearImpl : public torch::nn::Cloneable<SparseLinearImpl> {
   // x [..., in] -> [..., out].
   torch::Tensor forward(const torch::Tensor& x);
 
+  // Called by every forward() before any computation with the layer's input as a 2-D
+  // [tokens, in] float32 contiguous tensor, detached (leading dimensions flattened; a copy only
+  // when x is not already so). Calibration uses it to gather input statistics. An empty function
+  // removes the observer; unset, forward() pays one branch. clone() copies it.
+  using InputObserver = std::function<void(const torch::Tensor&)>;
+  void set_input_observer(InputObserver observer) { input_observer_ = std::move(observer); }
+  bool has_input_observer() const { return static_cast<bool>(input_observer_); }
+
   // Switches the modes; validates, and throws (leaving the layer unchanged) when the shape does
   // not admit the config. Masks are recomputed at the next training step.
   void configure(const SparseLinearConfig& config);
@@ -133,6 +142,7 @@ class SparseLinearImpl : public torch::nn::Cloneable<SparseLinearImpl> {
  private:
   SparseLinearOptions options_;
   uint64_t stream_ = 0;
+  InputObserver input_observer_;
   std::shared_ptr<struct SparseLinearWorkspace> workspace_;  // reused compression buffers
   friend struct SparseLinearAccess;
 };

@@ -51,9 +51,9 @@ std::string_view optimizer_name(OptimizerKind kind);                      // "sg
 std::optional<OptimizerKind> optimizer_from_name(std::string_view name);  // nullopt otherwise
 
 struct TrainOptions {
-  ModelConfig model;  // charlm: vocab is set from the corpus
-  Recipe recipe;      // dense by default
-  int64_t epochs = 10;
+  ModelConfig model;    // charlm: vocab is set from the corpus
+  Recipe recipe;        // dense by default
+  int64_t epochs = 10;  // 0 = evaluate only (see train())
   int64_t batch = 128;
   double lr = 0;                           // 0 = the optimiser's default (see the file comment)
   std::optional<OptimizerKind> optimizer;  // nullopt = sgd for mlp, adamw for vit and charlm
@@ -68,7 +68,12 @@ struct TrainOptions {
   int64_t stop_after_epochs = 0;     // > 0: stop once this many epochs are done (as if interrupted)
   std::filesystem::path out_dir;     // required
   std::filesystem::path resume_dir;  // empty = fresh run; else continue from its checkpoint
-  bool plot = true;                  // training.png with gnuplot when available
+  // Non-empty: a fresh run starts from the parameters (not buffers, not optimiser state) of this
+  // safetensors file's "model.<name>" tensors (a training checkpoint or a pruned copy), with a
+  // new optimiser. Part of the config ("init"), so a resume must name it too; a resume loads
+  // everything from its checkpoint and does not read this file.
+  std::filesystem::path init_path;
+  bool plot = true;  // training.png with gnuplot when available
 
   void validate() const;  // throws nms::Error naming the offending field
   // The fields that define the run (everything but threads, directories, plot and
@@ -112,11 +117,12 @@ struct TrainReport {
   SparsifyReport sparsify;
   std::vector<EpochMetrics> history;  // every epoch done so far, resumed ones included
   int64_t resumed_from_epoch = 0;     // 0 = fresh run
-  std::string status;                 // "finished" | "stopped" (stop_after_epochs) | "diverged"
-  double final_test_accuracy = 0;     // of the last epoch (NaN for charlm)
-  double final_test_loss = 0;         // test loss, or val_loss for charlm
-  double mean_step_ms = 0;            // over the epochs of this report
-  double seconds = 0;                 // wall time of this invocation
+  // "finished" | "stopped" (stop_after_epochs) | "diverged" | "evaluated" (epochs 0)
+  std::string status;
+  double final_test_accuracy = 0;  // of the last epoch (NaN for charlm)
+  double final_test_loss = 0;      // test loss, or val_loss for charlm
+  double mean_step_ms = 0;         // over the epochs of this report
+  double seconds = 0;              // wall time of this invocation
   std::filesystem::path out_dir;
   std::string plot_warning;  // why no plot was drawn (empty when it was, or when not asked)
 
@@ -143,6 +149,11 @@ struct TrainCallbacks {
 // resume directory without a checkpoint or with a different config (the message names the field
 // and both values), and a non-finite loss (the message names epoch and step; the checkpoint of the
 // last good epoch stays, and report.json says "diverged").
+//
+// epochs == 0 evaluates the model (after --init, when given) without a training step: no
+// checkpoint, report.json with status "evaluated", an empty history, epochs_done 0 and the
+// metrics (test_accuracy/test_loss, or val_loss for charlm) in final_test_* and at the report's
+// top level. It cannot be combined with resume_dir.
 TrainReport train(const TrainOptions& options, const TrainData& data,
                   const TrainCallbacks& callbacks = {});
 
@@ -167,6 +178,32 @@ void module_state_to(const torch::nn::Module& module, Checkpoint& checkpoint,
 // a different shape or dtype is an error naming it.
 void module_state_from(torch::nn::Module& module, const Checkpoint& checkpoint,
                        const std::string& prefix = "model.");
+// Copies only the parameters (not the buffers) of `module` from prefix + name, in place; the same
+// errors as module_state_from. Tensors of the checkpoint that the module lacks are ignored.
+void module_parameters_from(torch::nn::Module& module, const Checkpoint& checkpoint,
+                            const std::string& prefix = "model.");
+
+// The model of a training checkpoint (or of a pruned copy of one: the same tensor names and
+// metadata, other weights), rebuilt from its "nmsparse.train.config" metadata.
+struct TrainedModel {
+  TrainOptions options;  // as restored by train_options_from_config (no directories)
+  std::shared_ptr<TrainableModel> model;
+  SparsifyReport sparsify;  // the run's recipe applied to the rebuilt model
+  std::filesystem::path file;
+  std::map<std::string, std::string> metadata;
+};
+// Reads `path` (a checkpoint file, or a training directory holding checkpoint.safetensors),
+// builds the model of its config, applies the recipe (sparsify) and copies the parameters from
+// "model.<name>". Buffers (masks, counters) are not loaded: masks are recomputed from the loaded
+// weights at the first forward pass, so a pruned copy is seen as it is. Throws nms::Error for a
+// missing file, a file without "nmsparse.train.config" ("not a training checkpoint"), and a
+// missing or mismatched tensor (naming it).
+TrainedModel load_trained_model(const std::filesystem::path& path);
+
+// The TrainOptions whose config_json() is `config_json` (inverse of config_json(); out_dir,
+// resume_dir, threads, plot and stop_after_epochs keep their defaults). Throws nms::Error naming
+// a missing or malformed field.
+TrainOptions train_options_from_config(std::string_view config_json);
 
 // --- comparisons -------------------------------------------------------------------------------
 

@@ -146,4 +146,12 @@ void module_state_from(torch::nn::Module& module, const Checkpoint& checkpoint,
   }
 }
 
+void module_parameters_from(torch::nn::Module& module, const Checkpoint& checkpoint,
+                            const std::string& prefix) {
+  torch::NoGradGuard no_grad;
+  for (auto& item : module.named_parameters(/*recurse=*/true)) {
+    restore_tensor(checkpoint, prefix + item.key(), item.value());
+  }
+}
+
 }  // namespace nms

@@ -17,6 +17,7 @@
 #include "nmsparse/core/rng.h"
 #include "nmsparse/data/text_corpus.h"
 #include "nmsparse/io/atomic_file.h"
+#include "torch/train/train_data.h"
 
 namespace nms {
 namespace {
@@ -24,8 +25,6 @@ namespace {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
-constexpr float kFashionMean = 0.2860f;
-constexpr float kFashionStd = 0.3530f;
 constexpr int64_t kDefaultCharLmSteps = 200;
 constexpr int64_t kDefaultValWindows = 256;
 constexpr const char* kCheckpointName = "checkpoint.safetensors";
@@ -58,59 +57,71 @@ std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch) 
   return p;
 }
 
-struct ImageTensors {
-  torch::Tensor x;  // [N, 1, rows, cols] float
-  torch::Tensor y;  // [N] int64
-};
-
-ImageTensors image_tensors(const ImageDataset& d, int64_t limit, bool normalize,
-                           const char* which) {
-  NMS_CHECK(d.count > 0 && d.rows > 0 && d.cols > 0, "the ", which, " images are empty (count ",
-            d.count, ", ", d.rows, "x", d.cols, ")");
-  NMS_CHECK(static_cast<int64_t>(d.pixels.size()) == d.count * d.rows * d.cols &&
-                static_cast<int64_t>(d.labels.size()) == d.count,
-            "the ", which, " images hold ", d.pixels.size(), " pixels and ", d.labels.size(),
-            " labels for ", d.count, " images of ", d.rows, "x", d.cols);
-  const int64_t n = limit > 0 ? std::min(limit, d.count) : d.count;
-  ImageTensors t;
-  t.x =
-      torch::from_blob(const_cast<uint8_t*>(d.pixels.data()), {n, 1, d.rows, d.cols}, torch::kUInt8)
-          .to(torch::kFloat)
-          .div_(255.0f);
-  if (normalize) t.x.sub_(kFashionMean).div_(kFashionStd);
-  t.y =
-      torch::from_blob(const_cast<uint8_t*>(d.labels.data()), {n}, torch::kUInt8).to(torch::kLong);
-  return t;
-}
-
-struct TextTensors {
-  std::vector<int64_t> ids;
-  int64_t split = 0;  // ids[0, split) train, ids[split, end) validation
-};
-
-// Rows `start` of `ids`: inputs ids[s, s+context), targets ids[s+1, s+context+1).
-std::pair<torch::Tensor, torch::Tensor> text_batch(const std::vector<int64_t>& ids,
-                                                   const std::vector<int64_t>& starts,
-                                                   int64_t context) {
-  const auto b = static_cast<int64_t>(starts.size());
-  torch::Tensor x = torch::empty({b, context}, torch::kLong);
-  torch::Tensor y = torch::empty({b, context}, torch::kLong);
-  int64_t* px = x.data_ptr<int64_t>();
-  int64_t* py = y.data_ptr<int64_t>();
-  for (int64_t r = 0; r < b; ++r) {
-    const int64_t* src = ids.data() + starts[static_cast<size_t>(r)];
-    std::copy(src, src + context, px + r * context);
-    std::copy(src + 1, src + context + 1, py + r * context);
-  }
-  return {x, y};
-}
-
 void restore_state(const Checkpoint& c, const std::string& key, torch::Tensor& dst) {
   const auto it = c.tensors.find(key);
   NMS_CHECK(it != c.tensors.end(), "the checkpoint has no optimiser state '", key, "'");
   NMS_CHECK(it->second.sizes() == dst.sizes() && it->second.scalar_type() == dst.scalar_type(),
             "optimiser state '", key, "' does not match its parameter");
   dst.copy_(it->second);
+}
+
+struct EvalMetrics {
+  double loss = 0;
+  double accuracy = std::numeric_limits<double>::quiet_NaN();  // NaN for charlm
+};
+
+// Test cross-entropy and accuracy (mlp, vit) or validation loss over the first windows of the
+// validation part (charlm), in eval mode without gradients.
+EvalMetrics evaluate(TrainableModel& model, const TrainOptions& options,
+                     const ImageTensors& test_set, const TextTensors& text) {
+  torch::NoGradGuard no_grad;
+  model.eval();
+  double loss_total = 0;
+  int64_t count = 0;
+  int64_t correct = 0;
+  EvalMetrics m;
+  if (options.model.kind == ModelKind::kCharLm) {
+    const int64_t context = options.model.context;
+    const int64_t available = (static_cast<int64_t>(text.ids.size()) - text.split - 1) / context;
+    const int64_t windows =
+        std::min(available, options.limit_test > 0 ? options.limit_test : kDefaultValWindows);
+    for (int64_t w0 = 0; w0 < windows; w0 += options.batch) {
+      std::vector<int64_t> starts;
+      for (int64_t w = w0; w < std::min(windows, w0 + options.batch); ++w) {
+        starts.push_back(text.split + w * context);
+      }
+      const auto [x, y] = text_batch(text.ids, starts, context);
+      const auto b = static_cast<int64_t>(starts.size());
+      loss_total += model.loss(model.forward(x), y).item<double>() * static_cast<double>(b);
+      count += b;
+    }
+  } else {
+    const int64_t n = test_set.x.size(0);
+    const int64_t eval_batch = std::max<int64_t>(options.batch, 256);
+    for (int64_t i = 0; i < n; i += eval_batch) {
+      const int64_t b = std::min(eval_batch, n - i);
+      const torch::Tensor x = test_set.x.narrow(0, i, b);
+      const torch::Tensor y = test_set.y.narrow(0, i, b);
+      const torch::Tensor logits = model.forward(x);
+      loss_total += model.loss(logits, y).item<double>() * static_cast<double>(b);
+      correct += logits.argmax(1).eq(y).sum().item<int64_t>();
+      count += b;
+    }
+    m.accuracy = static_cast<double>(correct) / static_cast<double>(count);
+  }
+  m.loss = loss_total / static_cast<double>(std::max<int64_t>(count, 1));
+  return m;
+}
+
+// Copies the parameters (not the buffers) of `model` from the "model.<name>" tensors of `file`.
+void initialise_parameters(TrainableModel& model, const fs::path& file) {
+  NMS_CHECK(fs::exists(file), "--init: ", file.string(), " does not exist");
+  const Checkpoint c = read_checkpoint(file);
+  try {
+    module_parameters_from(model, c);
+  } catch (const Error& e) {
+    NMS_THROW("cannot initialise the model from ", file.string(), ": ", e.what());
+  }
 }
 
 // --- optimisers ---------------------------------------------------------------------------------
@@ -321,7 +332,10 @@ void TrainOptions::validate() const {
   if (checked.kind == ModelKind::kCharLm && checked.vocab == 0) checked.vocab = 256;
   checked.validate();
   recipe.defaults.validate();
-  NMS_CHECK(epochs >= 1, "epochs (", epochs, ") must be at least 1");
+  NMS_CHECK(epochs >= 0, "epochs (", epochs, ") must be >= 0 (0 = evaluate only)");
+  NMS_CHECK(epochs >= 1 || resume_dir.empty(),
+            "epochs 0 evaluates a model and cannot resume a run (resume_dir ", resume_dir.string(),
+            ")");
   NMS_CHECK(batch >= 1, "batch (", batch, ") must be at least 1");
   NMS_CHECK(lr >= 0 && std::isfinite(lr), "lr (", lr, ") must be a finite number >= 0");
   NMS_CHECK(std::isfinite(weight_decay), "weight_decay (", weight_decay, ") must be finite");
@@ -365,6 +379,7 @@ std::string TrainOptions::config_json() const {
             {"limit_train", limit_train},
             {"limit_test", limit_test},
             {"steps_per_epoch", steps_per_epoch}};
+  if (!init_path.empty()) j["init"] = init_path.string();
   return j.dump();
 }
 
@@ -439,14 +454,8 @@ TrainReport train(const TrainOptions& options_in, const TrainData& data,
   TextTensors text;
   int64_t steps = 0;
   if (charlm) {
-    const CharVocab vocab = CharVocab::from_text(data.text);
-    options.model.vocab = vocab.size();
-    text.ids = vocab.encode(data.text);
-    const auto n = static_cast<int64_t>(text.ids.size());
-    text.split = n * 9 / 10;
-    const int64_t window = options.model.context + 1;
-    NMS_CHECK(text.split >= window && n - text.split >= window, "the corpus (", n,
-              " characters) is too short for context ", options.model.context);
+    text = text_tensors(data.text, options.model.context);
+    options.model.vocab = text.vocab;
     steps = options.steps_per_epoch > 0 ? options.steps_per_epoch : kDefaultCharLmSteps;
   } else {
     train_set =
@@ -489,6 +498,10 @@ TrainReport train(const TrainOptions& options_in, const TrainData& data,
   }
   if (callbacks.on_sparsify) callbacks.on_sparsify(report.sparsify);
   Optimizer optimizer(opt_kind, *model, wd);
+  // --init: parameters of a fresh run from a file (a resume takes everything from its checkpoint).
+  if (!options.init_path.empty() && options.resume_dir.empty()) {
+    initialise_parameters(*model, options.init_path);
+  }
 
   // Resume.
   fs::create_directories(options.out_dir);
@@ -529,6 +542,16 @@ TrainReport train(const TrainOptions& options_in, const TrainData& data,
     write_file_atomic(options.out_dir / "report.json", report.to_json());
   };
 
+  // epochs 0: evaluate only; no checkpoint, an empty history, the metrics in the report.
+  if (options.epochs == 0) {
+    const EvalMetrics e = evaluate(*model, options, test_set, text);
+    report.status = "evaluated";
+    report.final_test_accuracy = e.accuracy;
+    report.final_test_loss = e.loss;
+    write_report();
+    return report;
+  }
+
   const int64_t last_epoch = options.stop_after_epochs > 0
                                  ? std::min(options.epochs, options.stop_after_epochs)
                                  : options.epochs;
@@ -550,13 +573,8 @@ TrainReport train(const TrainOptions& options_in, const TrainData& data,
       torch::Tensor x;
       torch::Tensor y;
       if (charlm) {
-        const CounterRng rng(options.seed, static_cast<uint64_t>(global));
-        const int64_t span = text.split - (options.model.context + 1) + 1;
-        std::vector<int64_t> starts(static_cast<size_t>(batch));
-        for (int64_t b = 0; b < batch; ++b) {
-          starts[static_cast<size_t>(b)] = std::min<int64_t>(
-              static_cast<int64_t>(rng.uniform_double(static_cast<uint64_t>(b)) * span), span - 1);
-        }
+        const std::vector<int64_t> starts =
+            charlm_window_starts(options.seed, global, batch, text.split, options.model.context);
         std::tie(x, y) = text_batch(text.ids, starts, options.model.context);
       } else {
         const torch::Tensor index =
@@ -598,45 +616,9 @@ TrainReport train(const TrainOptions& options_in, const TrainData& data,
 
     // Evaluation.
     const double t_eval = now_seconds();
-    {
-      torch::NoGradGuard no_grad;
-      model->eval();
-      double loss_total = 0;
-      int64_t count = 0;
-      int64_t correct = 0;
-      if (charlm) {
-        const int64_t context = options.model.context;
-        const int64_t available =
-            (static_cast<int64_t>(text.ids.size()) - text.split - 1) / context;
-        const int64_t windows =
-            std::min(available, options.limit_test > 0 ? options.limit_test : kDefaultValWindows);
-        for (int64_t w0 = 0; w0 < windows; w0 += options.batch) {
-          std::vector<int64_t> starts;
-          for (int64_t w = w0; w < std::min(windows, w0 + options.batch); ++w) {
-            starts.push_back(text.split + w * context);
-          }
-          const auto [x, y] = text_batch(text.ids, starts, context);
-          const auto b = static_cast<int64_t>(starts.size());
-          loss_total += model->loss(model->forward(x), y).item<double>() * static_cast<double>(b);
-          count += b;
-        }
-        m.test_accuracy = std::numeric_limits<double>::quiet_NaN();
-      } else {
-        const int64_t n = test_set.x.size(0);
-        const int64_t eval_batch = std::max<int64_t>(options.batch, 256);
-        for (int64_t i = 0; i < n; i += eval_batch) {
-          const int64_t b = std::min(eval_batch, n - i);
-          const torch::Tensor x = test_set.x.narrow(0, i, b);
-          const torch::Tensor y = test_set.y.narrow(0, i, b);
-          const torch::Tensor logits = model->forward(x);
-          loss_total += model->loss(logits, y).item<double>() * static_cast<double>(b);
-          correct += logits.argmax(1).eq(y).sum().item<int64_t>();
-          count += b;
-        }
-        m.test_accuracy = static_cast<double>(correct) / static_cast<double>(count);
-      }
-      m.test_loss = loss_total / static_cast<double>(std::max<int64_t>(count, 1));
-    }
+    const EvalMetrics e = evaluate(*model, options, test_set, text);
+    m.test_loss = e.loss;
+    m.test_accuracy = e.accuracy;
     m.eval_seconds = now_seconds() - t_eval;
     report.history.push_back(m);
 

@@ -67,7 +67,8 @@ TEST_F(TrainCli, UsageErrorsNameTheValue) {
   expect_error("train --out o --path fast", "unknown --path 'fast'");
   expect_error("train --out o --solver lp", "unknown --solver 'lp'");
   expect_error("train --out o --nm 5:4", "--nm '5:4'");
-  expect_error("train --out o --epochs 0", "epochs (0)");
+  expect_error("train --out o --epochs -1", "epochs (-1)");
+  expect_error("train --out o --epochs 0 --resume r", "epochs 0 evaluates");
   expect_error("train --out o --compare dense,foo+mvue", "unknown weight mode 'foo'");
   expect_error("train --out o --recipe r.json --weights nm", "excludes");
   expect_error("train --out o --recipe missing.json", "missing.json");
@@ -106,6 +107,36 @@ TEST_F(TrainCli, ShortRunOnFashionMnist) {
       "--batch 64 --limit-train 1024 --limit-test 512 --threads 1 --seed 3 --out run --resume run");
   EXPECT_EQ(bad.status, 2);
   EXPECT_NE(bad.err.find("recipe.nm"), std::string::npos) << bad.err;
+}
+
+}  // namespace
+
+namespace {
+
+// --init + --epochs 0 evaluates the given weights: the test accuracy of the run's last epoch.
+TEST_F(TrainCli, InitWithZeroEpochsEvaluatesTheCheckpoint) {
+  if (!fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) {
+    GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+  }
+  const std::string common =
+      "train --model mlp --hidden 32 --batch 64 --limit-train 512 --limit-test 256 --threads 1 "
+      "--no-plot ";
+  const Result a = run(common + "--epochs 1 --out run --json a.json");
+  ASSERT_EQ(a.status, 0) << a.err << a.out;
+  const Result e =
+      run(common + "--epochs 0 --init run/checkpoint.safetensors --out eval --json e.json");
+  ASSERT_EQ(e.status, 0) << e.err << e.out;
+  EXPECT_NE(e.out.find("evaluated"), std::string::npos) << e.out;
+  const auto ja = nlohmann::json::parse(slurp(dir_ / "a.json"));
+  const auto je = nlohmann::json::parse(slurp(dir_ / "e.json"));
+  EXPECT_EQ(je.at("status"), "evaluated");
+  EXPECT_EQ(je.at("epochs_done"), 0);
+  EXPECT_EQ(je.at("config").at("init"), "run/checkpoint.safetensors");
+  EXPECT_EQ(je.at("test_accuracy").get<double>(), ja.at("test_accuracy").get<double>());
+  EXPECT_FALSE(fs::exists(dir_ / "eval" / "checkpoint.safetensors"));
+  expect_error(common + "--epochs 1 --init missing.safetensors --out x", "missing.safetensors");
+  expect_error("train --model mlp --hidden 16 --epochs 0 --init run/checkpoint.safetensors --out y",
+               "model.layers.0.weight");
 }
 
 }  // namespace

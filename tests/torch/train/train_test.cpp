@@ -370,7 +370,7 @@ TEST_F(TrainTest, PatternFittingNoLayerIsAnError) {
 
 TEST_F(TrainTest, OptionsAreValidated) {
   TrainOptions o = small("bad");
-  o.epochs = 0;
+  o.epochs = -1;
   EXPECT_THROW(train(o, synthetic_data()), Error);
   o = small("bad");
   o.out_dir.clear();
@@ -413,6 +413,119 @@ TEST(Optimizers, Names) {
   EXPECT_EQ(optimizer_from_name("sgd"), OptimizerKind::kSgd);
   EXPECT_EQ(optimizer_from_name("adamw"), OptimizerKind::kAdamW);
   EXPECT_FALSE(optimizer_from_name("adam").has_value());
+}
+
+// --- init and evaluate-only ---------------------------------------------------------------------
+
+void expect_parameters_equal(const TrainableModel& model, const Checkpoint& c) {
+  for (const auto& item : model.named_parameters(/*recurse=*/true)) {
+    const torch::Tensor& src = c.tensors.at("model." + item.key());
+    ASSERT_EQ(src.sizes(), item.value().sizes()) << item.key();
+    EXPECT_EQ(std::memcmp(src.data_ptr(), item.value().data_ptr(), src.nbytes()), 0)
+        << item.key() << " differs bitwise";
+  }
+}
+
+TEST_F(TrainTest, InitLoadsTheExactWeightsAndZeroEpochsReproducesTheTestMetrics) {
+  TrainOptions a = small("a");
+  a.epochs = 1;
+  const TrainReport ra = train(a, synthetic_data());
+  const fs::path file = a.out_dir / "checkpoint.safetensors";
+  const TrainedModel loaded = load_trained_model(a.out_dir);
+  expect_parameters_equal(*loaded.model, read_checkpoint(file));
+
+  TrainOptions e = small("eval");
+  e.epochs = 0;
+  e.seed = 99;  // another initialisation, overwritten by --init
+  e.init_path = file;
+  const TrainReport re = train(e, synthetic_data());
+  EXPECT_EQ(re.status, "evaluated");
+  EXPECT_TRUE(re.history.empty());
+  EXPECT_EQ(re.final_test_accuracy, ra.history.back().test_accuracy);
+  EXPECT_EQ(re.final_test_loss, ra.history.back().test_loss);
+  EXPECT_FALSE(fs::exists(e.out_dir / "checkpoint.safetensors"));
+  const json j = json::parse(slurp(e.out_dir / "report.json"));
+  EXPECT_EQ(j.at("status"), "evaluated");
+  EXPECT_EQ(j.at("epochs_done"), 0);
+  EXPECT_EQ(j.at("config").at("init"), file.string());
+  EXPECT_EQ(j.at("test_accuracy").get<double>(), ra.history.back().test_accuracy);
+
+  // A fresh run from the weights: a new optimiser (its step counts this run only), any recipe.
+  TrainOptions f = small("fine");
+  f.epochs = 1;
+  f.init_path = file;
+  f.recipe.defaults.weights = WeightMode::kNm;
+  train(f, synthetic_data());
+  const Checkpoint cf = read_checkpoint(f.out_dir / "checkpoint.safetensors");
+  EXPECT_EQ(cf.tensors.at("optim.step").item<int64_t>(), 256 / 32);
+  EXPECT_NE(cf.metadata.at("nmsparse.train.config").find("\"init\""), std::string::npos);
+}
+
+TEST_F(TrainTest, InitErrorsNameTheTensor) {
+  TrainOptions a = small("a");
+  a.epochs = 1;
+  train(a, synthetic_data());
+  Checkpoint c = read_checkpoint(a.out_dir / "checkpoint.safetensors");
+  c.tensors.erase("model.layers.1.weight");
+  write_checkpoint(dir_ / "missing.safetensors", c);
+
+  TrainOptions o = small("o");
+  o.epochs = 0;
+  o.init_path = dir_ / "missing.safetensors";
+  try {
+    train(o, synthetic_data());
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.layers.1.weight"), std::string::npos) << e.what();
+  }
+  o.init_path = a.out_dir / "checkpoint.safetensors";
+  o.model.mlp_hidden = {32, 16};
+  try {
+    train(o, synthetic_data());
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("model.layers.1.weight"), std::string::npos) << what;
+    EXPECT_NE(what.find("[16, 32]"), std::string::npos) << what;
+  }
+  o.init_path = dir_ / "nowhere.safetensors";
+  EXPECT_THROW(train(o, synthetic_data()), Error);
+  o = small("o");
+  o.epochs = 0;
+  o.resume_dir = a.out_dir;
+  EXPECT_THROW(o.validate(), Error);
+}
+
+TEST_F(TrainTest, ConfigRoundTripsThroughTrainOptionsFromConfig) {
+  TrainOptions mlp = small("m");
+  mlp.init_path = "x.safetensors";
+  mlp.recipe.defaults.weights = WeightMode::kBiMask;
+  TrainOptions vit = small("v");
+  vit.model.kind = ModelKind::kVit;
+  vit.model.vit_patch = 7;
+  TrainOptions lm = small("c");
+  lm.model.kind = ModelKind::kCharLm;
+  lm.model.vocab = 77;
+  lm.optimizer = OptimizerKind::kSgd;
+  for (const TrainOptions& o : {mlp, vit, lm}) {
+    EXPECT_EQ(train_options_from_config(o.config_json()).config_json(), o.config_json());
+  }
+  EXPECT_THROW(train_options_from_config("{\"model\": {\"kind\": \"cnn\"}}"), Error);
+  EXPECT_THROW(train_options_from_config("not json"), Error);
+}
+
+TEST_F(TrainTest, LoadTrainedModelRefusesOtherFiles) {
+  Checkpoint c;
+  c.tensors["w"] = torch::zeros({2, 2});
+  write_checkpoint(dir_ / "plain.safetensors", c);
+  try {
+    load_trained_model(dir_ / "plain.safetensors");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not a training checkpoint"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(load_trained_model(dir_ / "absent.safetensors"), Error);
 }
 
 }  // namespace
