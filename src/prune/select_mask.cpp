@@ -45,25 +45,6 @@ std::string_view prune_structure_name(PruneStructure structure) {
   return "?";
 }
 
-std::string_view transposable_solver_name(TransposableSolver solver) {
-  switch (solver) {
-    case TransposableSolver::kExact:
-      return "exact";
-    case TransposableSolver::kGreedy:
-      return "greedy";
-    case TransposableSolver::kEntropic:
-      return "entropic";
-  }
-  return "?";
-}
-
-std::optional<TransposableSolver> transposable_solver_from_name(std::string_view name) {
-  for (TransposableSolver s :
-       {TransposableSolver::kExact, TransposableSolver::kGreedy, TransposableSolver::kEntropic})
-    if (transposable_solver_name(s) == name) return s;
-  return std::nullopt;
-}
-
 void PruneOptions::validate() const {
   pattern.validate();
   NMS_CHECK(std::isfinite(damp) && damp > 0.0, "damp (", damp, ") must be finite and > 0");
@@ -112,14 +93,7 @@ BitMask prune_select_mask(ConstMatrixViewF scores, const PruneOptions& options) 
       return select_unstructured(scores, p);
     }
     case PruneStructure::kTransposable:
-      switch (options.solver) {
-        case TransposableSolver::kGreedy:
-          return mask_transposable_greedy(scores, p).mask;
-        case TransposableSolver::kEntropic:
-          return mask_transposable_entropic(scores, p).mask;
-        case TransposableSolver::kExact:
-          return mask_transposable_exact(scores, p).mask;
-      }
+      return mask_transposable(scores, p, options.solver).mask;
   }
   NMS_THROW("unknown prune structure");
 }

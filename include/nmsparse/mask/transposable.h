@@ -20,6 +20,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string_view>
 
 #include "nmsparse/core/bit_mask.h"
 #include "nmsparse/core/matrix_view.h"
@@ -98,5 +100,14 @@ struct EntropicOptions {
 // negative iterations / local_search_steps.
 TransposableResult mask_transposable_entropic(ConstMatrixViewF scores, NmPattern pattern,
                                               const EntropicOptions& options = {});
+
+// The solvers by the names tools and recipes use: "exact" | "greedy" | "entropic".
+enum class TransposableSolver { kExact, kGreedy, kEntropic };
+std::string_view transposable_solver_name(TransposableSolver solver);
+std::optional<TransposableSolver> transposable_solver_from_name(std::string_view name);
+
+// The chosen solver with its default options (greedy: kKeepHeavyFirst).
+TransposableResult mask_transposable(ConstMatrixViewF scores, NmPattern pattern,
+                                     TransposableSolver solver);
 
 }  // namespace nms

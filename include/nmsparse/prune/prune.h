@@ -40,19 +40,17 @@
 #include "nmsparse/core/bit_mask.h"
 #include "nmsparse/core/matrix_view.h"
 #include "nmsparse/core/nm_pattern.h"
+#include "nmsparse/mask/transposable.h"
 #include "nmsparse/prune/calibration.h"
 
 namespace nms {
 
 enum class PruneMethod { kMagnitude, kWanda, kSparseGpt, kAdaPrune };
 enum class PruneStructure { kRowwise, kTransposable, kUnstructured };
-enum class TransposableSolver { kExact, kGreedy, kEntropic };
 
 std::string_view prune_method_name(PruneMethod method);  // "magnitude" | "wanda" | ...
 std::optional<PruneMethod> prune_method_from_name(std::string_view name);
 std::string_view prune_structure_name(PruneStructure structure);  // "rowwise" | ...
-std::string_view transposable_solver_name(TransposableSolver solver);
-std::optional<TransposableSolver> transposable_solver_from_name(std::string_view name);
 
 struct PruneOptions {
   NmPattern pattern{2, 4};
