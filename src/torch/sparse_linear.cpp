@@ -23,7 +23,6 @@ std::optional<E> from_name(std::string_view name, const std::array<std::string_v
 constexpr std::array<std::string_view, 4> kWeightModeNames{"dense", "nm", "transposable", "bimask"};
 constexpr std::array<std::string_view, 4> kGradModeNames{"dense", "mvue", "mvue-approx24", "topn"};
 constexpr std::array<std::string_view, 2> kExecPathNames{"reference", "kernels"};
-constexpr std::array<std::string_view, 3> kSolverNames{"exact", "greedy", "entropic"};
 
 }  // namespace
 
@@ -44,12 +43,6 @@ std::string_view exec_path_name(ExecPath path) {
 }
 std::optional<ExecPath> exec_path_from_name(std::string_view name) {
   return from_name<ExecPath>(name, kExecPathNames);
-}
-std::string_view transposable_solver_name(TransposableSolver solver) {
-  return kSolverNames[static_cast<size_t>(solver)];
-}
-std::optional<TransposableSolver> transposable_solver_from_name(std::string_view name) {
-  return from_name<TransposableSolver>(name, kSolverNames);
 }
 
 void SparseLinearConfig::validate() const {

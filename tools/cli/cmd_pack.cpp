@@ -14,22 +14,15 @@ namespace {
 
 enum class PackFormat { kNmsparse, kSparse24 };
 
-struct PackOptions {
-  CommonOptions common;
-  std::string nm;
-  std::string input;
-  std::string output;
-  std::string format = "nmsparse";
-  std::string axis = "rows";
-};
-
 int64_t bytes_of(const TensorSpec& spec) {
   int64_t b = dtype_size(spec.dtype);
   for (int64_t d : spec.shape) b *= d;
   return b;
 }
 
-int run_pack(const PackOptions& o) {
+}  // namespace
+
+int run_pack_request(const PackRequest& o) {
   const NmPattern pattern = NmPattern::parse(o.nm);
   NMS_CHECK(o.format == "nmsparse" || o.format == "sparse-24-bitmask", "unknown --format '",
             o.format, "' (expected nmsparse or sparse-24-bitmask)");
@@ -166,10 +159,8 @@ int run_pack(const PackOptions& o) {
   return kExitOk;
 }
 
-}  // namespace
-
 void add_pack_command(CLI::App& app, int& exit_code) {
-  auto o = std::make_shared<PackOptions>();
+  auto o = std::make_shared<PackRequest>();
   CLI::App* cmd = app.add_subcommand(
       "pack",
       "Compress N:M tensors: values + packed indices (nmsparse format, docs/format.md) or "
@@ -185,7 +176,7 @@ void add_pack_command(CLI::App& app, int& exit_code) {
   cmd->add_option("output", o->output, "Output .safetensors (a directory for sharded input)")
       ->required();
   o->common.add_to(*cmd);
-  cmd->callback([o, &exit_code] { exit_code = run_pack(*o); });
+  cmd->callback([o, &exit_code] { exit_code = run_pack_request(*o); });
 }
 
 }  // namespace nms::cli

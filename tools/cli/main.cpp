@@ -41,6 +41,22 @@ void nms::cli::add_calibrate_command(CLI::App& app, int& exit_code) {
 }
 #endif
 
+#ifndef NMS_HAVE_PRUNE
+// `nmsparse prune` without nmsparse_prune (OpenBLAS): says how to get it.
+void nms::cli::add_prune_command(CLI::App& app, int& exit_code) {
+  CLI::App* cmd =
+      app.add_subcommand("prune", "Post-training pruning (needs OpenBLAS: libopenblas-dev)");
+  cmd->allow_extras();
+  cmd->prefix_command();
+  cmd->callback([&exit_code] {
+    exit_code = nms::cli::kExitBadInput;
+    throw nms::Error(
+        "prune: built without OpenBLAS: apt-get install libopenblas-dev (or run "
+        "scripts/install-deps.sh) and rebuild");
+  });
+}
+#endif
+
 int main(int argc, char** argv) {
   CLI::App app{
       "nmsparse: N:M sparse masks, verification and compressed formats for neural-network "
@@ -61,6 +77,7 @@ int main(int argc, char** argv) {
   nms::cli::add_bench_command(app, exit_code);
   nms::cli::add_gradprune_command(app, exit_code);
   nms::cli::add_train_command(app, exit_code);
+  nms::cli::add_prune_command(app, exit_code);
   nms::cli::add_calibrate_command(app, exit_code);
   try {
     app.parse(argc, argv);

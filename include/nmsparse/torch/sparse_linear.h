@@ -38,24 +38,23 @@
 #include <string_view>
 
 #include "nmsparse/core/nm_pattern.h"
+#include "nmsparse/mask/transposable.h"
 
 namespace nms {
 
 enum class WeightMode { kDense, kNm, kTransposable, kBiMask };
 enum class GradMode { kDense, kMvue, kMvueApprox24, kTopN };
 enum class ExecPath { kReference, kKernels };
-enum class TransposableSolver { kExact, kGreedy, kEntropic };
 
 // Names as on the command line: dense|nm|transposable|bimask, dense|mvue|mvue-approx24|topn,
-// reference|kernels, exact|greedy|entropic. The *_from_name functions return nullopt otherwise.
+// reference|kernels (the solver names are mask/transposable.h's). The *_from_name functions return
+// nullopt otherwise.
 std::string_view weight_mode_name(WeightMode mode);
 std::optional<WeightMode> weight_mode_from_name(std::string_view name);
 std::string_view grad_mode_name(GradMode mode);
 std::optional<GradMode> grad_mode_from_name(std::string_view name);
 std::string_view exec_path_name(ExecPath path);
 std::optional<ExecPath> exec_path_from_name(std::string_view name);
-std::string_view transposable_solver_name(TransposableSolver solver);
-std::optional<TransposableSolver> transposable_solver_from_name(std::string_view name);
 
 struct SparseLinearConfig {
   WeightMode weights = WeightMode::kDense;
