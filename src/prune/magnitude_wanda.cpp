@@ -35,6 +35,7 @@ PruneResult prune_magnitude(MatrixViewF w, const PruneOptions& options) {
   prune_detail::check_layer_shape(w, options);
   check_finite(w);
   Matrix scores(w.rows(), w.cols());
+#pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < w.rows(); ++i)
     for (int64_t j = 0; j < w.cols(); ++j) scores(i, j) = std::fabs(w(i, j));
   return select_and_zero(w, scores, options, t0);
@@ -47,6 +48,7 @@ PruneResult prune_wanda(MatrixViewF w, const LayerCalibration& calibration,
   prune_detail::check_calibration_fits(w, calibration, false, "wanda");
   check_finite(w);
   Matrix scores(w.rows(), w.cols());
+#pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < w.rows(); ++i)
     for (int64_t j = 0; j < w.cols(); ++j)
       scores(i, j) =
