@@ -3,6 +3,7 @@
 # in all, split evenly between the targets run (all of them by default, in this order):
 #   safetensors  the safetensors reader      (corpus fuzz/corpus/safetensors/, fuzz/safetensors.dict)
 #   datasets     the IDX and Austen parsers  (corpus fuzz/corpus/datasets/, fuzz/datasets.dict)
+#   calibration  calibration files           (corpus fuzz/corpus/calibration/, fuzz/calibration.dict)
 # Each seed corpus is copied into a scratch directory under build-fuzz/fuzz-run/<target>/, so the
 # repository stays clean. Exits non-zero if a fuzzer finds a crash; the reproducer is then left in
 # build-fuzz/fuzz-run/<target>/artifacts/ (replay it by passing the file to
@@ -12,7 +13,7 @@
 # processes with -fork=N instead of one).
 set -euo pipefail
 
-all_targets=(safetensors datasets)
+all_targets=(safetensors datasets calibration)
 if [[ $# -lt 1 || ! "$1" =~ ^[0-9]+$ ]]; then
   echo "usage: scripts/fuzz.sh SECONDS [TARGET...]   (targets: ${all_targets[*]})" >&2
   exit 2

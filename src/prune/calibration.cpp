@@ -118,7 +118,15 @@ CalibrationFile::CalibrationFile(SafetensorsFile file, std::filesystem::path pat
     : file_(std::move(file)), path_(std::move(path)) {}
 
 CalibrationFile CalibrationFile::open(const std::filesystem::path& path) {
-  SafetensorsFile file = SafetensorsFile::open(path);
+  return validate(SafetensorsFile::open(path), path);
+}
+
+CalibrationFile CalibrationFile::from_bytes(std::span<const uint8_t> bytes, std::string label) {
+  std::filesystem::path path(label);
+  return validate(SafetensorsFile::from_bytes(bytes, std::move(label)), path);
+}
+
+CalibrationFile CalibrationFile::validate(SafetensorsFile file, const std::filesystem::path& path) {
   const auto version = file.metadata().find(kFormatKey);
   NMS_CHECK(version != file.metadata().end(), path.string(),
             ": not a calibration file (no metadata '", kFormatKey,

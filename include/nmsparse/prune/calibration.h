@@ -24,6 +24,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -53,6 +54,8 @@ struct LayerCalibration {
 class CalibrationFile {
  public:
   static CalibrationFile open(const std::filesystem::path& path);
+  // As open() on a copy of `bytes` (the fuzzer's and tests' entry point).
+  static CalibrationFile from_bytes(std::span<const uint8_t> bytes, std::string label = "<memory>");
 
   const std::vector<std::string>& layers() const { return layers_; }  // sorted
   bool contains(std::string_view layer) const;
@@ -62,6 +65,7 @@ class CalibrationFile {
 
  private:
   CalibrationFile(SafetensorsFile file, std::filesystem::path path);
+  static CalibrationFile validate(SafetensorsFile file, const std::filesystem::path& path);
   SafetensorsFile file_;
   std::filesystem::path path_;
   std::vector<std::string> layers_;
