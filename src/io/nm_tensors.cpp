@@ -147,6 +147,9 @@ std::vector<PackedNmEntry> find_packed_nm(const SafetensorsFile& file) {
   for (const auto& [key, value] : file.metadata()) {
     if (key.rfind(kMetaPrefix, 0) != 0) continue;
     const std::string name = key.substr(kMetaPrefix.size());
+    // Other tools' annotations share the prefix (e.g. "nmsparse.train.config" of training
+    // checkpoints): a key describes a packed tensor when the file has one of its two parts.
+    if (file.find(name + ".values") == nullptr && file.find(name + ".indices") == nullptr) continue;
     PackedNmEntry e;
     e.name = name;
     e.meta = parse_packed_nm_metadata(value, name);

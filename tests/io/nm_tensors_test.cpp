@@ -102,6 +102,17 @@ TEST(PackedNm, MissingPartIsAnError) {
   fs::remove(path);
 }
 
+// Other annotations share the "nmsparse." prefix (training checkpoints carry
+// "nmsparse.train.config"): without a ".values" or ".indices" part they are not packed tensors.
+TEST(PackedNm, OtherPrefixedMetadataIsNotAPackedTensor) {
+  const fs::path path = scratch("annotation");
+  write_safetensors(path, {{{"model.w", DType::kF32, {2}}, std::vector<std::byte>(8)}},
+                    {{"nmsparse.train.config", "{\"model\": \"mlp\"}"}, {"nmsparse", "{}"}});
+  const SafetensorsFile f = SafetensorsFile::open(path);
+  EXPECT_TRUE(find_packed_nm(f).empty());
+  fs::remove(path);
+}
+
 TEST(Sparse24InSafetensors, RoundTrip) {
   Matrix w = testing::random_matrix(4, 16, 4);
   apply_mask(w.view(), mask_nm_magnitude(w.view(), NmPattern::make(2, 4)));
