@@ -31,12 +31,15 @@ PruneResult prune_sparsegpt(MatrixViewF w, const LayerCalibration& calibration,
     for (int64_t j = 0; j < cols; ++j)
       NMS_CHECK(std::isfinite(w(i, j)), "weight (", i, ", ", j, ") = ", w(i, j), " is not finite");
 
-  const prune_detail::DampedHessian hessian =
-      prune_detail::damped_hessian(calibration, options.damp);
-  for (int64_t j : hessian.dead)  // inputs never seen active: their weights cannot matter
-    for (int64_t i = 0; i < rows; ++i) w(i, j) = 0.0f;
-  const std::vector<float> u =
-      prune_detail::inverse_hessian_cholesky_upper(hessian, calibration.name, options.damp);
+  // Memory: the double Hessian and its factorisation copy (16 in² bytes) live only until U
+  // (4 in² bytes) is built.
+  const std::vector<float> u = [&] {
+    const prune_detail::DampedHessian hessian =
+        prune_detail::damped_hessian(calibration, options.damp);
+    for (int64_t j : hessian.dead)  // inputs never seen active: their weights cannot matter
+      for (int64_t i = 0; i < rows; ++i) w(i, j) = 0.0f;
+    return prune_detail::inverse_hessian_cholesky_upper(hessian, calibration.name, options.damp);
+  }();
 
   // N:M groups must not straddle blocks: the block is a multiple of m.
   const int64_t block = options.structure == PruneStructure::kUnstructured
