@@ -159,6 +159,13 @@ TEST_F(PruneCli, BadInputIsNamed) {
   bad("prune --method wanda --nm 2:4 --calib other.safetensors model.safetensors o.safetensors",
       "no tensor of 'model.safetensors' can be pruned");
   bad("prune --nm 2:4 model.safetensors model.safetensors", "input");
+  // A layer chosen by --include must have statistics.
+  write_calibration(path("fc1only.safetensors"), {cal1_});
+  bad("prune --method wanda --nm 2:4 --calib fc1only.safetensors --include 'fc' "
+      "model.safetensors o.safetensors",
+      "tensor 'fc2.weight' is selected by --include but --calib");
+  ok("prune --method wanda --nm 2:4 --calib fc1only.safetensors model.safetensors o.safetensors "
+     "-q");
 }
 
 }  // namespace

@@ -133,6 +133,13 @@ int run_prune(const PruneCliOptions& o) {
     const std::string layer = calibration_layer_of(c.info->name);
     if (calib) {
       if (!calib->contains(layer)) {
+        // Tensors chosen explicitly must be pruned; otherwise (a whole checkpoint, with optimiser
+        // state and heads) a tensor without statistics is skipped with a warning.
+        NMS_CHECK(o.common.include.empty(), "tensor '", c.info->name,
+                  "' is selected by --include "
+                  "but --calib '",
+                  o.calib, "' has no statistics for its layer '", layer,
+                  "' (calibrate that layer, or narrow --include)");
         c.eligible = false;
         c.skip_reason = "no calibration statistics for layer '" + layer + "'";
         continue;
@@ -333,7 +340,8 @@ void add_prune_command(CLI::App& app, int& exit_code) {
       "(|W|*||X_j||), sparsegpt (OBS sweep with weight updates) or adaprune (magnitude mask, then "
       "Adam on the kept weights to match the dense outputs), to row-wise N:M (default), "
       "--transposable N:M (W and W^T both N:M) or --unstructured at density N/M. With --calib, "
-      "exactly the tensors whose layer has statistics are pruned. OUT is a valid model (dense "
+      "exactly the tensors whose layer has statistics are pruned (a tensor selected by --include "
+      "without statistics is an error). OUT is a valid model (dense "
       "with zeros, or --packed); OUT's recipe is written beside it (.recipe.json).");
   cmd->add_option("--method", o->method, "magnitude, wanda, sparsegpt or adaprune")
       ->capture_default_str();
