@@ -1,45 +1,32 @@
-// End-to-end test of `nmsparse bench kernels` (runs the real binary; tiny shapes, one repeat).
+// End-to-end test of `nmsparse bench kernels` (runs the real binary in a scratch directory; tiny
+// shapes, one repeat).
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <cstdio>
-#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string>
+
+#include "testing/cli_fixture.h"
 
 namespace nms {
 namespace {
 
-struct CliRun {
-  int status = -1;
-  std::string out;
+using testing::CliResult;
+
+class BenchKernelsCli : public testing::CliFixture {
+ protected:
+  bool have_openblas() const {
+    return run("bench kernels --shape 8x8x8 --repeats 1 -q").text().find("needs OpenBLAS") ==
+           std::string::npos;
+  }
 };
 
-CliRun run_cli(const std::string& args) {
-  const std::string cmd = std::string("'") + NMS_CLI_PATH + "' " + args + " 2>&1";
-  CliRun r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return r;
-  char buf[4096];
-  size_t got = 0;
-  while ((got = fread(buf, 1, sizeof(buf), pipe)) > 0) r.out.append(buf, got);
-  const int raw = pclose(pipe);
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  return r;
-}
-
-bool have_openblas() {
-  return run_cli("bench kernels --shape 8x8x8 --repeats 1 -q").out.find("needs OpenBLAS") ==
-         std::string::npos;
-}
-
-TEST(BenchKernelsCli, JsonReportHasEveryGemmAndSmallErrors) {
+TEST_F(BenchKernelsCli, JsonReportHasEveryGemmAndSmallErrors) {
   if (!have_openblas()) GTEST_SKIP() << "built without OpenBLAS";
-  const CliRun r = run_cli(
-      "bench kernels --shape 64x32x48,16x48x32 --nm 2:4,1:4 --repeats 1 "
-      "--threads 1 --json -");
-  ASSERT_EQ(r.status, 0) << r.out;
-  const nlohmann::json j = nlohmann::json::parse(r.out);
+  const CliResult r =
+      run("bench kernels --shape 64x32x48,16x48x32 --nm 2:4,1:4 --repeats 1 "
+          "--threads 1 --json -");
+  ASSERT_EQ(r.status, 0) << r.text();
+  const nlohmann::json j = nlohmann::json::parse(r.text());
   EXPECT_EQ(j["environment"]["threads"], 1);
   EXPECT_TRUE(j["environment"].contains("isa"));
   EXPECT_TRUE(j["environment"].contains("blas"));
@@ -52,17 +39,17 @@ TEST(BenchKernelsCli, JsonReportHasEveryGemmAndSmallErrors) {
   }
 }
 
-TEST(BenchKernelsCli, BadOptionsAreRefused) {
+TEST_F(BenchKernelsCli, BadOptionsAreRefused) {
   if (!have_openblas()) GTEST_SKIP() << "built without OpenBLAS";
-  CliRun r = run_cli("bench kernels --shape 64x30x48 --repeats 1 -q");
+  CliResult r = run("bench kernels --shape 64x30x48 --repeats 1 -q");
   EXPECT_EQ(r.status, 2);
-  EXPECT_NE(r.out.find("must divide"), std::string::npos) << r.out;
-  r = run_cli("bench kernels --shape 64x32 -q");
+  EXPECT_NE(r.text().find("must divide"), std::string::npos) << r.text();
+  r = run("bench kernels --shape 64x32 -q");
   EXPECT_EQ(r.status, 2);
-  EXPECT_NE(r.out.find("TOKENSxINxOUT"), std::string::npos) << r.out;
-  r = run_cli("bench kernels --shape 64x32x48 --gemms forward,backwards -q");
+  EXPECT_NE(r.text().find("TOKENSxINxOUT"), std::string::npos) << r.text();
+  r = run("bench kernels --shape 64x32x48 --gemms forward,backwards -q");
   EXPECT_EQ(r.status, 2);
-  EXPECT_NE(r.out.find("'backwards'"), std::string::npos) << r.out;
+  EXPECT_NE(r.text().find("'backwards'"), std::string::npos) << r.text();
 }
 
 }  // namespace

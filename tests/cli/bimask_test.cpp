@@ -1,69 +1,35 @@
 // End-to-end tests of `nmsparse mask --method bimask`: the files it writes (forward mask,
 // backward mask, permutation), their invariants, the report, determinism and the errors.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 
 #include "nmsparse/core/bit_mask.h"
 #include "nmsparse/io/safetensors.h"
 #include "nmsparse/mask/bimask.h"
 #include "nmsparse/mask/standard.h"
 #include "nmsparse/mask/verify.h"
+#include "testing/cli_fixture.h"
 
 namespace fs = std::filesystem;
 
 namespace nms {
 namespace {
 
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
+using testing::slurp;
 
-class BiMaskCli : public ::testing::Test {
+class BiMaskCli : public testing::CliFixture {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("nmsparse_bimask_cli_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  // (exit status, stdout + stderr)
-  std::pair<int, std::string> run(const std::string& args) {
-    const fs::path out = dir_ / ".out";
-    const std::string cmd = std::string("cd '") + dir_.string() + "' && '" NMS_CLI_PATH "' " +
-                            args + " > '" + out.string() + "' 2>&1";
-    const int raw = std::system(cmd.c_str());
-    std::string text = slurp(out);
-    fs::remove(out);
-    return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, text};
-  }
-  std::string ok(const std::string& args) {
-    auto [status, text] = run(args);
-    EXPECT_EQ(status, 0) << args << "\n" << text;
-    return text;
-  }
+  // Exit status 2, `fragment` in the output (stdout or stderr), and no o.safetensors written.
   void fails(const std::string& args, const std::string& fragment) {
-    auto [status, text] = run(args);
-    EXPECT_EQ(status, 2) << args << "\n" << text;
-    EXPECT_NE(text.find(fragment), std::string::npos) << args << "\n" << text;
+    const testing::CliResult r = run(args);
+    EXPECT_EQ(r.status, 2) << args << "\n" << r.text();
+    EXPECT_NE(r.text().find(fragment), std::string::npos) << args << "\n" << r.text();
     EXPECT_FALSE(fs::exists(dir_ / "o.safetensors")) << args;
   }
-  fs::path path(const std::string& name) const { return dir_ / name; }
-
-  fs::path dir_;
 };
 
 BitMask bool_mask(const SafetensorsFile& f, const TensorInfo& t) {
@@ -81,7 +47,8 @@ TEST_F(BiMaskCli, WritesMasksAndPermutationWithInvariants) {
   ok("generate m.safetensors --layers 1 --hidden 64 --intermediate 128 --vocab 96 -q");
   const std::string text =
       ok("mask --method bimask --nm 2:4 --candidates 10 --search improve --criterion kept "
-         "--seed 3 m.safetensors o.safetensors --json r.json");
+         "--seed 3 m.safetensors o.safetensors --json r.json")
+          .text();
   for (const char* col : {"identity", "best random", "improved", "backward keeps"})
     EXPECT_NE(text.find(col), std::string::npos) << col << "\n" << text;
   const auto report = nlohmann::json::parse(slurp(path("r.json")));
@@ -139,7 +106,8 @@ TEST_F(BiMaskCli, DeterministicForSeedAndThreads) {
   // Random search with the eligible criterion: no improved column, the JSON says so.
   const std::string text =
       ok("mask --method bimask --nm 4:8 --search random --criterion eligible m.safetensors "
-         "d.safetensors -q --json -");
+         "d.safetensors -q --json -")
+          .text();
   const auto j = nlohmann::json::parse(text);
   EXPECT_EQ(j["criterion"], "eligible");
   EXPECT_FALSE(j.contains("improved_fraction"));

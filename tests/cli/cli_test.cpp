@@ -10,75 +10,34 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <sstream>
+#include <set>
 
 #include "nmsparse/core/rng.h"
 #include "nmsparse/io/safetensors.h"
 #include "nmsparse/io/sharded.h"
 #include "nmsparse/mask/verify.h"
+#include "testing/cli_fixture.h"
 
 namespace fs = std::filesystem;
 
 namespace nms {
 namespace {
 
-struct Result {
-  int status = -1;
-  std::string out;
-  std::string err;
-};
+using testing::CliResult;
+using testing::slurp;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-class Cli : public ::testing::Test {
+class Cli : public testing::CliFixture {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("nmsparse_cli_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  Result run(const std::string& args) {
-    const fs::path out = dir_ / ".stdout";
-    const fs::path err = dir_ / ".stderr";
-    const std::string cmd = std::string("cd '") + dir_.string() + "' && '" NMS_CLI_PATH "' " +
-                            args + " > '" + out.string() + "' 2> '" + err.string() + "'";
-    const int raw = std::system(cmd.c_str());
-    Result r;
-    r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-    r.out = slurp(out);
-    r.err = slurp(err);
-    fs::remove(out);
-    fs::remove(err);
-    return r;
-  }
-
-  // Runs a command that must succeed.
-  Result ok(const std::string& args) {
-    Result r = run(args);
-    EXPECT_EQ(r.status, 0) << args << "\nstdout: " << r.out << "\nstderr: " << r.err;
-    return r;
-  }
-
   // Runs a command that must fail with `status` (2: bad input; 1: verify violation), a message
   // (stderr or stdout) containing `fragment`, and no file left in the scratch directory except
   // those present before.
   void fails(const std::string& args, const std::string& fragment, int status = 2) {
     std::set<fs::path> before;
     for (const auto& e : fs::recursive_directory_iterator(dir_)) before.insert(e.path());
-    const Result r = run(args);
+    const CliResult r = run(args);
     EXPECT_EQ(r.status, status) << args << "\nstderr: " << r.err;
     EXPECT_NE((r.err + r.out).find(fragment), std::string::npos)
         << args << "\nstderr: " << r.err << "\nstdout: " << r.out << "\nexpected: " << fragment;
@@ -87,18 +46,14 @@ class Cli : public ::testing::Test {
     }
   }
 
-  fs::path path(const std::string& name) const { return dir_ / name; }
-
   void small_model(const std::string& name, const std::string& extra = "", int vocab = 96) {
     ok("generate " + name + " --layers 1 --hidden 64 --intermediate 128 -q --vocab " +
        std::to_string(vocab) + " " + extra);
   }
-
-  fs::path dir_;
 };
 
 TEST_F(Cli, HelpAndVersion) {
-  const Result r = ok("--help");
+  const CliResult r = ok("--help");
   for (const char* sub : {"info", "mask", "verify", "pack", "unpack", "generate", "bench"}) {
     EXPECT_NE(r.out.find(sub), std::string::npos) << sub;
   }
@@ -113,7 +68,7 @@ TEST_F(Cli, InfoDiversity) {
   const auto j = nlohmann::json::parse(ok("info --diversity --nm 4:8 --json -").out);
   EXPECT_EQ(j["diversity"]["transposable"]["exact"], "116963796250");
   EXPECT_EQ(j["diversity"]["rowwise"]["exact"], "576480100000000");
-  const Result big = ok("info --diversity --nm 16:32");
+  const CliResult big = ok("info --diversity --nm 16:32");
   EXPECT_NE(big.out.find("not computed (m > 16)"), std::string::npos) << big.out;
 }
 
@@ -127,7 +82,7 @@ TEST_F(Cli, GenerateIsDeterministic) {
 
 TEST_F(Cli, InfoListsEligibility) {
   small_model("m.safetensors");
-  const Result r = ok("info m.safetensors --nm 2:4 --json info.json");
+  const CliResult r = ok("info m.safetensors --nm 2:4 --json info.json");
   EXPECT_NE(r.out.find("model.layers.0.mlp.up_proj.weight"), std::string::npos);
   EXPECT_NE(r.out.find("1-D tensor"), std::string::npos);
   const auto j = nlohmann::json::parse(slurp(path("info.json")));
@@ -146,10 +101,10 @@ TEST_F(Cli, InfoListsEligibility) {
 TEST_F(Cli, MaskThenVerify) {
   small_model("m.safetensors");
   fails("verify --nm 2:4 m.safetensors", "FAIL", 1);
-  const Result r = ok("mask --nm 2:4 m.safetensors out.safetensors --json r.json");
+  const CliResult r = ok("mask --nm 2:4 m.safetensors out.safetensors --json r.json");
   EXPECT_NE(r.out.find("density 0.5000 / sparsity 0.5000"), std::string::npos) << r.out;
   EXPECT_NE(r.err.find("skipping 'vision.stem.weight'"), std::string::npos) << r.err;
-  const Result v = ok("verify --nm 2:4 out.safetensors --dense m.safetensors");
+  const CliResult v = ok("verify --nm 2:4 out.safetensors --dense m.safetensors");
   EXPECT_NE(v.out.find("PASS"), std::string::npos);
   // Every input tensor is in the output; skipped ones byte-identical, masked ones 2:4 and a
   // subset of the input.
@@ -177,7 +132,7 @@ TEST_F(Cli, MaskThenVerify) {
   // 8:16 --transposable: the 128-row conv is checked, a 104-row embedding is skipped, not failed.
   small_model("m104.safetensors", "", 104);
   ok("mask --nm 8:16 m104.safetensors o816.safetensors -q");
-  const Result t =
+  const CliResult t =
       run("verify --nm 8:16 --transposable o816.safetensors --include 'embed|conv' --json -");
   EXPECT_EQ(t.status, 1);
   const auto tj = nlohmann::json::parse(t.out);
@@ -261,7 +216,7 @@ TEST_F(Cli, PackUnpackRoundTrip) {
   small_model("m.safetensors", "--dtype BF16");
   ok("mask --nm 3:8 m.safetensors masked.safetensors -q");
   fails("pack --nm 3:8 m.safetensors p.safetensors", "Mask it first");
-  const Result p = ok("pack --nm 3:8 masked.safetensors packed.safetensors");
+  const CliResult p = ok("pack --nm 3:8 masked.safetensors packed.safetensors");
   EXPECT_NE(p.out.find("packed"), std::string::npos);
   ok("verify --nm 3:8 packed.safetensors");
   ok("info packed.safetensors");
@@ -317,7 +272,7 @@ TEST_F(Cli, ShardedModels) {
 
 TEST_F(Cli, SelectionAndSkips) {
   small_model("m.safetensors");
-  const Result r =
+  const CliResult r =
       ok("mask --nm 2:4 m.safetensors o.safetensors --include 'q_proj|k_proj' "
          "--exclude k_proj --json -");
   const auto j = nlohmann::json::parse(r.out);
@@ -413,7 +368,7 @@ TEST_F(Cli, CorruptInputsAreRefused) {
     const std::string in = std::string("'").append(e.path().string()).append("'");
     for (const std::string& cmd :
          {"info " + in, "mask --nm 2:4 " + in + " o.safetensors", "verify --nm 2:4 " + in}) {
-      const Result r = run(cmd);
+      const CliResult r = run(cmd);
       EXPECT_EQ(r.status, 2) << cmd << "\n" << r.err;
       EXPECT_NE(r.err.find("nmsparse: error:"), std::string::npos) << cmd << "\n" << r.err;
       EXPECT_FALSE(fs::exists(path("o.safetensors")));
@@ -485,7 +440,8 @@ TEST_F(Cli, BenchMasksReport) {
           .out);
   EXPECT_NE(other["results"][0]["objective"], again["results"][0]["objective"]);
   // Human output: a table per shape with the documented columns.
-  const Result human = ok("bench masks --shape 64x64 --nm 4:8 --repeats 1 --methods exact,rowwise");
+  const CliResult human =
+      ok("bench masks --shape 64x64 --nm 4:8 --repeats 1 --methods exact,rowwise");
   for (const char* col : {"pattern", "method", "median ms", "Mweights/s", "vs lemon", "vs exact",
                           "objective", "rowwise"}) {
     EXPECT_NE(human.out.find(col), std::string::npos) << col << "\n" << human.out;
@@ -520,7 +476,8 @@ TEST_F(Cli, BenchMasksExactMatchesLemon) {
                 (*exact)["objective"].get<int64_t>());
     }
   }
-  const Result human = ok("bench masks --shape 32x32 --nm 4:8 --repeats 1");  // exact,lemon default
+  const CliResult human =
+      ok("bench masks --shape 32x32 --nm 4:8 --repeats 1");  // exact,lemon default
   EXPECT_NE(human.out.find("exact objective == LEMON optimum"), std::string::npos) << human.out;
 }
 

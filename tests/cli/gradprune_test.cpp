@@ -1,70 +1,30 @@
 // End-to-end tests of `nmsparse gradprune` (runs the real binary in a scratch directory).
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "nmsparse/io/safetensors.h"
+#include "testing/cli_fixture.h"
 
 namespace fs = std::filesystem;
 
 namespace nms {
 namespace {
 
-struct Result {
-  int status = -1;
-  std::string out;
-  std::string err;
-};
+using testing::CliResult;
+using testing::slurp;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-class GradPruneCli : public ::testing::Test {
+class GradPruneCli : public testing::CliFixture {
  protected:
   void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("nmsparse_gradprune_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    CliFixture::SetUp();
     ok("generate g.safetensors --layers 1 --hidden 64 --intermediate 128 --vocab 96 -q");
   }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  Result run(const std::string& args) {
-    const fs::path out = dir_ / ".stdout";
-    const fs::path err = dir_ / ".stderr";
-    const std::string cmd = std::string("cd '") + dir_.string() + "' && '" NMS_CLI_PATH "' " +
-                            args + " > '" + out.string() + "' 2> '" + err.string() + "'";
-    const int raw = std::system(cmd.c_str());
-    Result r;
-    r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-    r.out = slurp(out);
-    r.err = slurp(err);
-    return r;
-  }
-  Result ok(const std::string& args) {
-    Result r = run(args);
-    EXPECT_EQ(r.status, 0) << args << "\nstdout: " << r.out << "\nstderr: " << r.err;
-    return r;
-  }
-  fs::path path(const std::string& name) const { return dir_ / name; }
-
-  fs::path dir_;
 };
 
 TEST_F(GradPruneCli, MvueIsDeterministicPerSeedAndValidNm) {
-  const Result r = ok("gradprune --method mvue --nm 2:4 --seed 3 g.safetensors a.safetensors");
+  const CliResult r = ok("gradprune --method mvue --nm 2:4 --seed 3 g.safetensors a.safetensors");
   EXPECT_NE(r.out.find("pruned"), std::string::npos) << r.out;
   EXPECT_NE(r.err.find("1-D"), std::string::npos) << r.err;  // norms skipped with a warning
   ok("gradprune --method mvue --nm 2:4 --seed 3 g.safetensors b.safetensors --threads 1");
@@ -111,7 +71,7 @@ TEST_F(GradPruneCli, MethodsAndErrors) {
   ok("gradprune --method topn --nm 2:4 g.safetensors t.safetensors -q");
   ok("gradprune --method mvue-approx24 --nm 2:4 g.safetensors x.safetensors -q");
   ok("gradprune --method mvue --nm 8:16 g.safetensors y.safetensors -q");
-  Result r = run("gradprune --method mvue-approx24 --nm 4:8 g.safetensors z.safetensors");
+  CliResult r = run("gradprune --method mvue-approx24 --nm 4:8 g.safetensors z.safetensors");
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.err.find("2:4 only"), std::string::npos) << r.err;
   r = run("gradprune --method magic g.safetensors z.safetensors");

@@ -12,12 +12,19 @@
 #include <sstream>
 #include <string>
 
+#ifndef NMS_CLI_PATH
+#error "define NMS_CLI_PATH (the nmsparse binary) for tests that include testing/cli_fixture.h"
+#endif
+
 namespace nms::testing {
 
 struct CliResult {
   int status = -1;
   std::string out;
   std::string err;
+
+  // stdout followed by stderr, for checks that do not care which stream a message went to.
+  std::string text() const { return out + err; }
 };
 
 inline std::string slurp(const std::filesystem::path& p) {
@@ -39,16 +46,22 @@ class CliFixture : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
-  CliResult run(const std::string& args) const {
+  // Runs `nmsparse args` in dir_; `env` (e.g. "NAME=value"), when given, is put before the
+  // command. The files that capture stdout and stderr are removed again, so a run leaves in dir_
+  // only what the command itself wrote.
+  CliResult run(const std::string& args, const std::string& env = "") const {
     const std::filesystem::path out = dir_ / ".stdout";
     const std::filesystem::path err = dir_ / ".stderr";
-    const std::string cmd = std::string("cd '") + dir_.string() + "' && '" NMS_CLI_PATH "' " +
-                            args + " > '" + out.string() + "' 2> '" + err.string() + "'";
+    const std::string cmd = std::string("cd '") + dir_.string() + "' && " +
+                            (env.empty() ? "" : env + " ") + "'" NMS_CLI_PATH "' " + args + " > '" +
+                            out.string() + "' 2> '" + err.string() + "'";
     const int raw = std::system(cmd.c_str());
     CliResult r;
     r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
     r.out = slurp(out);
     r.err = slurp(err);
+    std::filesystem::remove(out);
+    std::filesystem::remove(err);
     return r;
   }
   CliResult ok(const std::string& args) const {

@@ -2,33 +2,20 @@
 // and, when Fashion-MNIST is installed, a calibration of a tiny trained mlp read back with
 // CalibrationFile.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "nmsparse/prune/calibration.h"
+#include "testing/cli_fixture.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int status = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
+using nms::testing::CliResult;
+using nms::testing::slurp;
 
 // A valid safetensors file with one F32 tensor "w" [1] and no training metadata.
 void write_plain_safetensors(const fs::path& p) {
@@ -40,47 +27,16 @@ void write_plain_safetensors(const fs::path& p) {
   f.write("\0\0\0\0", 4);
 }
 
-class CalibrateCli : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / ("nmsparse_calibrate_cli_" + std::string(info->name()) +
-                                        "_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  Result run(const std::string& args) {
-    const fs::path out = dir_ / ".stdout";
-    const fs::path err = dir_ / ".stderr";
-    const std::string cmd = "cd '" + dir_.string() + "' && '" NMS_CLI_PATH "' " + args + " > '" +
-                            out.string() + "' 2> '" + err.string() + "'";
-    const int raw = std::system(cmd.c_str());
-    Result r;
-    r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-    r.out = slurp(out);
-    r.err = slurp(err);
-    return r;
-  }
-
-  void expect_error(const std::string& args, const std::string& text) {
-    const Result r = run(args);
-    EXPECT_EQ(r.status, 2) << args << "\n" << r.err;
-    EXPECT_NE(r.err.find(text), std::string::npos) << args << "\nstderr: " << r.err;
-  }
-
-  fs::path dir_;
-};
+using CalibrateCli = nms::testing::CliFixture;
 
 TEST_F(CalibrateCli, ErrorsNameTheValue) {
-  expect_error("calibrate --from missing.safetensors out.safetensors", "missing.safetensors");
+  bad("calibrate --from missing.safetensors out.safetensors", "missing.safetensors");
   write_plain_safetensors(dir_ / "plain.safetensors");
-  expect_error("calibrate --from plain.safetensors out.safetensors", "not a training checkpoint");
-  expect_error("calibrate --from plain.safetensors --precision f16 out.safetensors",
-               "unknown --precision 'f16'");
-  expect_error("calibrate --from plain.safetensors plain.safetensors", "is the input");
-  expect_error("calibrate out.safetensors", "--from");
+  bad("calibrate --from plain.safetensors out.safetensors", "not a training checkpoint");
+  bad("calibrate --from plain.safetensors --precision f16 out.safetensors",
+      "unknown --precision 'f16'");
+  bad("calibrate --from plain.safetensors plain.safetensors", "is the input");
+  bad("calibrate out.safetensors", "--from");
   EXPECT_FALSE(fs::exists(dir_ / "out.safetensors"));
 }
 
@@ -88,11 +44,11 @@ TEST_F(CalibrateCli, CalibratesATrainedMlp) {
   if (!fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) {
     GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
   }
-  const Result t = run(
+  const CliResult t = run(
       "train --model mlp --hidden 32,16 --epochs 1 --batch 64 --limit-train 256 --limit-test 128 "
       "--threads 1 --no-plot -q --out run");
   ASSERT_EQ(t.status, 0) << t.err;
-  const Result r =
+  const CliResult r =
       run("calibrate --from run --samples 100 --batch 64 --threads 1 --json c.json "
           "calib.safetensors");
   ASSERT_EQ(r.status, 0) << r.err << r.out;
@@ -107,14 +63,14 @@ TEST_F(CalibrateCli, CalibratesATrainedMlp) {
   EXPECT_TRUE(l.has_hessian());
   EXPECT_TRUE(l.has_input_sum());
   // --no-hessian, f64, head included.
-  const Result h =
+  const CliResult h =
       run("calibrate --from run/checkpoint.safetensors --samples 10 --no-hessian "
           "--include-head --precision f64 -q nohess.safetensors");
   ASSERT_EQ(h.status, 0) << h.err;
   const nms::CalibrationFile g = nms::CalibrationFile::open(dir_ / "nohess.safetensors");
   EXPECT_TRUE(g.contains("model.head"));
   EXPECT_FALSE(g.read("model.layers.0").has_hessian());
-  expect_error("calibrate --from run --samples 70000 x.safetensors", "samples (70000)");
+  bad("calibrate --from run --samples 70000 x.safetensors", "samples (70000)");
 }
 
 }  // namespace
