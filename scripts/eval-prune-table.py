@@ -9,6 +9,7 @@ rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
 models = [m for m in ("mlp", "vit", "charlm") if any(r["model"] == m for r in rows)]
 for model in models:
     rs = [r for r in rows if r["model"] == model]
+    most = max((r.get("pruned") or 0) for r in rs)
     dense = next((r for r in rs if r["stage"] == "dense"), None)
     metric = rs[0]["metric"]
     fmt = (lambda v: f"{100 * v:.2f}") if metric == "test_accuracy" else (lambda v: f"{v:.3f}")
@@ -31,8 +32,8 @@ for model in models:
                 cell = fmt(r["value"])
                 if err is not None:
                     cell += f" ({err:.3f})"
-                if r.get("pruned") is not None and dense is not None and r["pruned"] == 0:
-                    cell = "skipped"
+                if r.get("pruned") is not None and r["pruned"] < most:
+                    cell += f" †{r['pruned']}"
                 cells.append(cell)
             if any(c != "–" for c in cells):
                 print(f"| {method} | {structure} | " + " | ".join(cells) + " |")
