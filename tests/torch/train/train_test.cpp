@@ -390,7 +390,9 @@ TEST_F(TrainTest, CompareRunsEveryEntry) {
   ASSERT_EQ(j.at("runs").size(), 2u);
   EXPECT_DOUBLE_EQ(j.at("runs")[0].at("speedup_vs_dense").get<double>(), 1.0);
   EXPECT_TRUE(j.at("runs")[1].contains("test_accuracy"));
-  if (r.plot_warning.empty()) EXPECT_TRUE(fs::exists(o.out_dir / "compare.png"));
+  if (r.plot_warning.empty()) {
+    EXPECT_TRUE(fs::exists(o.out_dir / "compare.png"));
+  }
 }
 
 TEST(CompareList, Parses) {
