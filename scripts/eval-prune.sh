@@ -62,7 +62,7 @@ import json, sys
 model, method, nm, structure, stage, report_path, prune_path = sys.argv[1:8]
 r = json.load(open(report_path))
 metric = "val_loss" if model == "charlm" else "test_accuracy"
-value = r["test_loss"] if model == "charlm" else r["test_accuracy"]
+value = r["val_loss"] if model == "charlm" else r["test_accuracy"]
 p = json.load(open(prune_path)) if prune_path != "-" else {}
 print(json.dumps({"model": model, "method": method, "nm": nm, "structure": structure,
                   "stage": stage, "metric": metric, "value": value,
