@@ -4,56 +4,49 @@
 
 #include <cstdio>
 #include <new>
+#include <string>
 
 #include "cli_common.h"
 #include "commands.h"
 #include "nmsparse/core/error.h"
 #include "nmsparse/io/atomic_file.h"
 
-#ifndef NMS_HAVE_TORCH
-// `nmsparse train` without LibTorch: the command exists and says how to get it.
-void nms::cli::add_train_command(CLI::App& app, int& exit_code) {
-  CLI::App* cmd = app.add_subcommand("train", "Sparse training (needs LibTorch; not built in)");
+namespace {
+// A command that was not built in: it exists, accepts anything, and says how to get it.
+[[maybe_unused]] void add_unavailable_command(CLI::App& app, int& exit_code, const char* name,
+                                              const char* description, const char* packages) {
+  CLI::App* cmd = app.add_subcommand(name, description);
   cmd->allow_extras();
   cmd->prefix_command();
-  cmd->callback([&exit_code] {
+  const std::string message = std::string(name) + ": built without " + packages +
+                              " (or run scripts/install-deps.sh) and rebuild";
+  cmd->callback([&exit_code, message] {
     exit_code = nms::cli::kExitBadInput;
-    throw nms::Error(
-        "train: built without LibTorch: apt-get install libtorch-dev (or run "
-        "scripts/install-deps.sh) and rebuild");
+    throw nms::Error(message);
   });
+}
+}  // namespace
+
+#ifndef NMS_HAVE_TORCH
+void nms::cli::add_train_command(CLI::App& app, int& exit_code) {
+  add_unavailable_command(app, exit_code, "train", "Sparse training (needs LibTorch; not built in)",
+                          "LibTorch: apt-get install libtorch-dev");
 }
 #endif
 
 #ifndef NMS_HAVE_CALIBRATE
-// `nmsparse calibrate` without LibTorch or nmsparse_prune (OpenBLAS): says how to get them.
 void nms::cli::add_calibrate_command(CLI::App& app, int& exit_code) {
-  CLI::App* cmd = app.add_subcommand(
-      "calibrate", "Calibration statistics of a trained model (needs LibTorch and OpenBLAS)");
-  cmd->allow_extras();
-  cmd->prefix_command();
-  cmd->callback([&exit_code] {
-    exit_code = nms::cli::kExitBadInput;
-    throw nms::Error(
-        "calibrate: built without LibTorch or OpenBLAS: apt-get install libtorch-dev "
-        "libopenblas-dev (or run scripts/install-deps.sh) and rebuild");
-  });
+  add_unavailable_command(app, exit_code, "calibrate",
+                          "Calibration statistics of a trained model (needs LibTorch and OpenBLAS)",
+                          "LibTorch or OpenBLAS: apt-get install libtorch-dev libopenblas-dev");
 }
 #endif
 
 #ifndef NMS_HAVE_PRUNE
-// `nmsparse prune` without nmsparse_prune (OpenBLAS): says how to get it.
 void nms::cli::add_prune_command(CLI::App& app, int& exit_code) {
-  CLI::App* cmd =
-      app.add_subcommand("prune", "Post-training pruning (needs OpenBLAS: libopenblas-dev)");
-  cmd->allow_extras();
-  cmd->prefix_command();
-  cmd->callback([&exit_code] {
-    exit_code = nms::cli::kExitBadInput;
-    throw nms::Error(
-        "prune: built without OpenBLAS: apt-get install libopenblas-dev (or run "
-        "scripts/install-deps.sh) and rebuild");
-  });
+  add_unavailable_command(app, exit_code, "prune",
+                          "Post-training pruning (needs OpenBLAS: libopenblas-dev)",
+                          "OpenBLAS: apt-get install libopenblas-dev");
 }
 #endif
 
