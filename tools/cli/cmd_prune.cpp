@@ -3,9 +3,7 @@
 // unstructured; streaming one layer (plus its calibration statistics) at a time.
 #include <cblas.h>
 
-#include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
