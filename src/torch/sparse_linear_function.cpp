@@ -153,19 +153,6 @@ void add_decay(torch::Tensor& dw, const torch::Tensor& w, const torch::Tensor& m
   });
 }
 
-TransposableResult solve_transposable(ConstMatrixViewF scores, const SparseLinearConfig& config) {
-  switch (config.solver) {
-    case TransposableSolver::kExact:
-      return mask_transposable_exact(scores, config.pattern);
-    case TransposableSolver::kGreedy:
-      return mask_transposable_greedy(scores, config.pattern);
-    case TransposableSolver::kEntropic:
-      return mask_transposable_entropic(scores, config.pattern);
-  }
-  NMS_ASSERT(false, "unknown solver");
-  return {};
-}
-
 // What the backward pass of one call needs besides x and W.
 struct StepState : torch::CustomClassHolder {
   SparseLinearImpl* layer = nullptr;
@@ -218,7 +205,8 @@ void update_masks(SparseLinearImpl& layer, bool training, StepState& state) {
       case WeightMode::kTransposable:
         if (!have_masks || (training && step - mask_step >= config.refresh_every)) {
           const torch::Tensor scores = w.abs();
-          fwd_bits = share(solve_transposable(const_view(scores), config).mask);
+          fwd_bits =
+              share(mask_transposable(const_view(scores), config.pattern, config.solver).mask);
           bwd_bits = fwd_bits;
           bits_to_tensor(*fwd_bits, layer.mask_fwd);
           layer.mask_bwd.copy_(layer.mask_fwd);

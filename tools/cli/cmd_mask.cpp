@@ -62,15 +62,6 @@ struct LayerMask {
   std::string gap;        // gap to exact, for the table (--compare exact)
 };
 
-TransposableResult solve_transposable(const std::string& method, const Matrix& scores,
-                                      const NmPattern& pattern) {
-  if (method == "greedy") return mask_transposable_greedy(scores.view(), pattern);
-  if (method == "entropic") return mask_transposable_entropic(scores.view(), pattern);
-  // "exact", and "auto": exact is optimal and measured faster than greedy and entropic at every
-  // pattern from 2:4 to 16:32 (docs/performance.md), so no heuristic is ever the better default.
-  return mask_transposable_exact(scores.view(), pattern);
-}
-
 // `scores` replaces |W| when given (--scores); it must be finite and non-negative.
 LayerMask compute_mask(const MaskOptions& o, const Matrix& w, const Matrix* given_scores,
                        const NmPattern& pattern) {
@@ -86,7 +77,11 @@ LayerMask compute_mask(const MaskOptions& o, const Matrix& w, const Matrix* give
     out.mask = mask_nm_rows(s.view(), pattern);
     return out;
   }
-  TransposableResult r = solve_transposable(o.method, s, pattern);
+  // "auto" is exact: optimal, and measured faster than greedy and entropic at every pattern from
+  // 2:4 to 16:32 (docs/performance.md), so no heuristic is ever the better default.
+  const auto solver = transposable_solver_from_name(o.method);
+  TransposableResult r =
+      mask_transposable(s.view(), pattern, solver.value_or(TransposableSolver::kExact));
 #ifndef NDEBUG
   check_transposable_result(s.view(), pattern, r, r.stats.status == SolveStatus::kOptimal);
 #endif
