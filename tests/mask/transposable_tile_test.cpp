@@ -1,6 +1,7 @@
-// The host-device tile solvers (mask/transposable_tile.h, what the CUDA backend runs per GPU
-// thread) against the CPU solvers, on the host: same masks where the problem fixes them, the
-// same optimum everywhere.
+// The host-device exact tile solvers (mask/transposable_tile.h, what the CUDA backend runs per
+// GPU thread) against the CPU solver, on the host, over more patterns than the GPU-thread tests
+// of tests/cuda/kernel_bodies_test.cpp (which also cover greedy): same masks where the problem
+// fixes them, the same optimum everywhere.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -139,28 +140,6 @@ TEST(TransposableTile, ExactFlowStartAloneIsNotOptimal) {
     total += detail::exact_tile_flow<16>(a, ld, p.n, p.m, keep);
   });
   EXPECT_GT(total, 0);  // the start is not already feasible, so the augmentations did work
-}
-
-TEST(TransposableTile, GreedyEqualsTheCpuSolverInBothOrders) {
-  const int patterns[][2] = {{2, 4}, {1, 4}, {4, 8}, {3, 7}, {8, 16}, {16, 32}, {4, 4}};
-  for (const auto& nm : patterns) {
-    const NmPattern p = NmPattern::make(nm[0], nm[1]);
-    for (Scores kind : {Scores::kContinuous, Scores::kIntegerTies, Scores::kZeroOne}) {
-      const Matrix s = scores(2 * p.m, 3 * p.m, kind, 300 + p.m + p.n);
-      for (const GreedyOrder order :
-           {GreedyOrder::kKeepHeavyFirst, GreedyOrder::kPruneLightFirst}) {
-        const bool heavy = order == GreedyOrder::kKeepHeavyFirst;
-        const BitMask mine =
-            solve_by_tiles(s, p.m, [&](const float* a, int64_t ld, uint64_t* keep) {
-              detail::greedy_tile<32>(a, ld, p.n, p.m, heavy, keep);
-            });
-        SCOPED_TRACE(::testing::Message() << p.n << ":" << p.m << " kind " << static_cast<int>(kind)
-                                          << " heavy " << heavy);
-        EXPECT_TRUE(mine == mask_transposable_greedy(s.view(), p, order).mask);
-        expect_valid(s, p, mine, false);
-      }
-    }
-  }
 }
 
 }  // namespace

@@ -1,0 +1,187 @@
+// PRIVATE header of the CUDA backend: the body of every GPU thread, as host-device functions of
+// the thread index. The __global__ kernels (mask.cu, mvue.cu) are one-line wrappers around these,
+// and tests/cuda/kernel_bodies_test.cpp runs the same bodies on the host over every thread index
+// and compares with the CPU library, so the indexing, the word assembly and the per-thread
+// arithmetic are tested on machines without a GPU. Only the launch and the copies are not.
+#pragma once
+
+#include <cstdint>
+
+#include "core/host_device.h"
+#include "grad/group.h"
+#include "mask/bimask_backward_group.h"
+#include "mask/transposable_tile.h"
+#include "nmsparse/core/nm_pattern.h"
+#include "nmsparse/core/rng.h"
+
+namespace nms::cuda::detail {
+
+enum class TileSolver { kExact, kGreedyKeepHeavy, kGreedyPruneLight };
+
+// Counters the tile kernel adds to (device memory, zeroed by the caller).
+struct TileCounters {
+  unsigned long long augmentations;
+  unsigned long long tiles_exactly_n;
+  unsigned long long failures;  // tiles whose flow search found no path (a bug; reported)
+};
+
+// Largest m per solver on the GPU (workspace per thread: O(m) for exact, m^2 words for greedy).
+constexpr int kMaxTileExact = 64;
+constexpr int kMaxTileGreedy = 32;
+
+NMS_HD inline void add_counter(unsigned long long* counter, unsigned long long value) {
+#if defined(__CUDA_ARCH__)
+  atomicAdd(counter, value);
+#else
+  *counter += value;
+#endif
+}
+
+NMS_HD inline void flag(unsigned* bad) {
+#if defined(__CUDA_ARCH__)
+  atomicOr(bad, 1u);
+#else
+  *bad |= 1u;
+#endif
+}
+
+// Thread t of the tile kernel: tile (t / tiles_per_row, t % tiles_per_row); writes tile row r to
+// tile_bits[(ti * m + r) * tiles_per_row + tj].
+template <int kMaxM, bool kGreedy>
+NMS_HD inline void transposable_tile_thread(int64_t t, const float* scores, int64_t ld, int n,
+                                            int m, int64_t tiles_per_row, TileSolver solver,
+                                            uint64_t* tile_bits, TileCounters* counters) {
+  const int64_t ti = t / tiles_per_row;
+  const int64_t tj = t % tiles_per_row;
+  const float* a = scores + ti * m * ld + tj * m;
+  uint64_t keep[kMaxM];
+  int augmentations = 0;
+  if constexpr (!kGreedy) {
+    if (kMaxM == 4 && n == 2 && m == 4) {
+      const uint64_t bits = nms::detail::exact_tile_2_4(a, ld);
+      for (int r = 0; r < 4; ++r) keep[r] = (bits >> (4 * r)) & 0xF;
+    } else {
+      augmentations = nms::detail::exact_tile_flow<kMaxM>(a, ld, n, m, keep);
+    }
+  } else {
+    nms::detail::greedy_tile<kMaxM>(a, ld, n, m, solver == TileSolver::kGreedyKeepHeavy, keep);
+  }
+  if (augmentations < 0) {
+    add_counter(&counters->failures, 1);
+    for (int r = 0; r < m; ++r) keep[r] = 0;
+  } else if (augmentations > 0) {
+    add_counter(&counters->augmentations, static_cast<unsigned long long>(augmentations));
+  }
+  bool exactly = true;
+  for (int r = 0; r < m; ++r) exactly = exactly && nms::detail::popcount64_hd(keep[r]) == n;
+  for (int c = 0; c < m && exactly; ++c) {
+    int count = 0;
+    for (int r = 0; r < m; ++r) count += static_cast<int>((keep[r] >> c) & 1);
+    exactly = count == n;
+  }
+  if (exactly) add_counter(&counters->tiles_exactly_n, 1);
+  for (int r = 0; r < m; ++r) tile_bits[(ti * m + r) * tiles_per_row + tj] = keep[r];
+}
+
+// Thread t of the word assembly: word t of the BitMask, the OR of the tile rows overlapping it.
+NMS_HD inline void assemble_word_thread(int64_t t, const uint64_t* tile_bits, int64_t cols, int m,
+                                        int64_t tiles_per_row, int64_t words_per_row,
+                                        uint64_t* words) {
+  const int64_t i = t / words_per_row;
+  const int64_t j0 = (t % words_per_row) * 64;
+  const int64_t j1 = j0 + 64 < cols ? j0 + 64 : cols;
+  uint64_t word = 0;
+  for (int64_t tj = j0 / m; tj * m < j1; ++tj) {
+    const uint64_t bits = tile_bits[i * tiles_per_row + tj];
+    const int64_t offset = tj * m - j0;  // in (-m, 64)
+    word |= offset >= 0 ? bits << offset : bits >> -offset;
+  }
+  words[t] = word;
+}
+
+// Thread t of the row-wise mask: word t; element j kept iff fewer than n of its group rank above
+// it (descending score, ties to the lower index), as mask_nm_rows.
+NMS_HD inline void nm_rows_word_thread(int64_t t, const float* scores, int64_t cols, int64_t ld,
+                                       int n, int m, int64_t words_per_row, uint64_t* words,
+                                       unsigned* bad) {
+  const int64_t i = t / words_per_row;
+  const int64_t j0 = (t % words_per_row) * 64;
+  const int64_t j1 = j0 + 64 < cols ? j0 + 64 : cols;
+  const float* row = scores + i * ld;
+  uint64_t word = 0;
+  for (int64_t j = j0; j < j1; ++j) {
+    const float v = row[j];
+    if (!(v >= 0.0f)) flag(bad);
+    const int64_t g0 = j - j % m;
+    int above = 0;
+    for (int k = 0; k < m; ++k) {
+      const float s = row[g0 + k];
+      above += s > v || (s == v && g0 + k < j);
+    }
+    word |= static_cast<uint64_t>(above < n) << (j - j0);
+  }
+  words[t] = word;
+}
+
+// Thread t of the Bi-Mask backward mask: group t / words_per_row of the permuted rows, word
+// t % words_per_row; writes that word of each of the group's m rows (no other thread does).
+NMS_HD inline void bimask_backward_thread(int64_t t, const float* w, int64_t cols, int64_t ld,
+                                          const uint64_t* fwd, int64_t words_per_row,
+                                          const int64_t* perm, int n, int m, uint64_t* words) {
+  const int64_t g = t / words_per_row;
+  const int64_t word = t % words_per_row;
+  const int64_t j0 = word * 64;
+  const int64_t j1 = j0 + 64 < cols ? j0 + 64 : cols;
+  const int64_t* group_perm = perm + g * m;
+  uint64_t out[kMaxGroupSize];
+  for (int k = 0; k < m; ++k) out[k] = 0;
+  for (int64_t j = j0; j < j1; ++j) {
+    const uint64_t kept =
+        nms::detail::bimask_backward_group(w, ld, fwd, words_per_row, group_perm, n, m, j);
+    for (int k = 0; k < m; ++k) out[k] |= ((kept >> k) & 1) << (j - j0);
+  }
+  for (int k = 0; k < m; ++k) words[group_perm[k] * words_per_row + word] = out[k];
+}
+
+// Thread t of gradient pruning: group t (along rows: row t / (cols / m); along columns: rows
+// (t / cols) * m .. + m of column t % cols, so a warp reads consecutive columns).
+NMS_HD inline void grad_prune_thread(int64_t t, const float* g, int64_t rows, int64_t cols,
+                                     int64_t ld, GradMethod method, int n, int m, bool rows_axis,
+                                     const CounterRng& rng, float* out, int64_t ld_out,
+                                     unsigned* bad) {
+  int64_t r0;
+  int64_t c0;
+  int64_t step_in;
+  int64_t step_out;
+  if (rows_axis) {
+    const int64_t per_row = cols / m;
+    r0 = t / per_row;
+    c0 = (t % per_row) * m;
+    step_in = 1;
+    step_out = 1;
+  } else {
+    r0 = (t / cols) * m;
+    c0 = t % cols;
+    step_in = ld;
+    step_out = ld_out;
+  }
+  float in[kMaxGroupSize];
+  float res[kMaxGroupSize];
+  bool finite = true;
+  for (int i = 0; i < m; ++i) {
+    in[i] = g[r0 * ld + c0 + i * step_in];
+    finite = finite && nms::detail::finite_hd(in[i]);
+  }
+  const uint64_t gid =
+      nms::detail::grad_group_id(rows_axis ? NmAxis::kRows : NmAxis::kCols, r0, c0, rows, cols, m);
+  const float u0 = nms::detail::grad_uniform(rng, method, gid, 0);
+  const float u1 =
+      method == GradMethod::kMvueApprox24 ? nms::detail::grad_uniform(rng, method, gid, 1) : 0.0f;
+  if (!finite || !nms::detail::prune_group(method, n, m, in, u0, u1, res)) {
+    flag(bad);
+    for (int i = 0; i < m; ++i) res[i] = 0.0f;
+  }
+  for (int i = 0; i < m; ++i) out[r0 * ld_out + c0 + i * step_out] = res[i];
+}
+
+}  // namespace nms::cuda::detail

@@ -1,0 +1,109 @@
+// Gradient pruning (MVUE, approximate 2:4 MVUE, top-n) on the GPU: one thread per group runs
+// detail::prune_group (src/grad/group_kernel.h) with the uniforms of detail::grad_uniform, so
+// every kept value equals the CPU's bit for bit (same Philox words, same float operations,
+// -fmad=false). Groups along columns (the token axis of dY) put consecutive columns in
+// consecutive threads: every load and store of a warp is one contiguous 128-byte line per row of
+// the group, which is what a memory-bound pass needs.
+#include <cuda_runtime.h>
+
+#include <chrono>
+
+#include "cuda/cuda_support.h"
+#include "cuda/launch.h"
+#include "nmsparse/cuda/cuda.h"
+
+namespace nms::cuda {
+namespace detail {
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void grad_prune_groups(const float* g, int64_t rows, int64_t cols, int64_t ld,
+                                  GradMethod method, int n, int m, bool rows_axis, CounterRng rng,
+                                  float* out, int64_t ld_out, unsigned* bad) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t < rows * cols / m) {
+    grad_prune_thread(t, g, rows, cols, ld, method, n, m, rows_axis, rng, out, ld_out, bad);
+  }
+}
+
+__global__ void fill_scores(float* data, int64_t count, CounterRng rng) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= count) return;
+  // |Laplace|: -log(1 - u), u in [0, 1) with 24 bits.
+  data[t] = -logf(1.0f - rng.uniform(static_cast<uint64_t>(t)));
+}
+
+__global__ void fill_gradient(float* data, int64_t count, CounterRng rng) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= count) return;
+  const PhiloxCounter b = rng.block(static_cast<uint64_t>(t));
+  const float scale = 1.0f / 4294967296.0f;
+  data[t] = ((b[0] * scale + b[1] * scale) + (b[2] * scale + b[3] * scale)) - 2.0f;
+}
+
+}  // namespace
+
+void launch_grad_prune(const float* g, int64_t rows, int64_t cols, int64_t ld,
+                       const GradPruneOptions& o, float* out, int64_t ld_out, unsigned* bad) {
+  const int64_t groups = rows * cols / o.pattern.m;
+  if (groups == 0) return;
+  grad_prune_groups<<<blocks_for(groups, kThreads), kThreads>>>(
+      g, rows, cols, ld, o.method, o.pattern.n, o.pattern.m, o.axis == NmAxis::kRows,
+      CounterRng(o.seed, o.stream), out, ld_out, bad);
+}
+
+void launch_fill_scores(float* data, int64_t count, uint64_t seed) {
+  if (count == 0) return;
+  fill_scores<<<blocks_for(count, kThreads), kThreads>>>(data, count, CounterRng(seed, 0));
+}
+
+void launch_fill_gradient(float* data, int64_t count, uint64_t seed) {
+  if (count == 0) return;
+  fill_gradient<<<blocks_for(count, kThreads), kThreads>>>(data, count, CounterRng(seed, 1));
+}
+
+}  // namespace detail
+
+void grad_prune_gpu_into(ConstMatrixViewF g, const GradPruneOptions& o, MatrixViewF out,
+                         GpuTiming* timing) {
+  const auto t0 = std::chrono::steady_clock::now();
+  detail::require_device("grad_prune_gpu_into");
+  o.pattern.validate();
+  const bool rows_axis = o.axis == NmAxis::kRows;
+  const int64_t len = rows_axis ? g.cols() : g.rows();
+  NMS_CHECK(len % o.pattern.m == 0, "m (", o.pattern.m,
+            ") does not divide the grouped axis: ", rows_axis ? "cols (" : "rows (", len, ")");
+  NMS_CHECK(o.method != GradMethod::kMvueApprox24 || (o.pattern == NmPattern{2, 4}),
+            "mvue-approx24 is defined for 2:4 only, not ", o.pattern.to_string());
+  NMS_CHECK(out.rows() == g.rows() && out.cols() == g.cols(), "output is ", out.rows(), " x ",
+            out.cols(), ", gradient ", g.rows(), " x ", g.cols());
+  const int64_t rows = g.rows();
+  const int64_t cols = g.cols();
+  const size_t count = static_cast<size_t>(rows * cols);
+  detail::DeviceBuffer<float> d_g(count);
+  detail::DeviceBuffer<float> d_out(count);
+  detail::DeviceBuffer<unsigned> d_bad(1);
+  d_bad.zero();
+  if (count > 0) {
+    NMS_CUDA_CHECK(cudaMemcpy2D(d_g.get(), cols * sizeof(float), g.data(), g.ld() * sizeof(float),
+                                cols * sizeof(float), rows, cudaMemcpyHostToDevice));
+  }
+  detail::EventTimer timer;
+  timer.start();
+  detail::launch_grad_prune(d_g.get(), rows, cols, cols, o, d_out.get(), cols, d_bad.get());
+  detail::sync_checked("grad_prune_gpu_into");
+  const double kernel_ms = timer.stop();
+  unsigned bad = 0;
+  d_bad.download(&bad, 1);
+  if (bad != 0) grad_prune_into(g, o, out);  // throws the CPU's message naming the element
+  NMS_ASSERT(bad == 0, "the GPU flagged a gradient the CPU accepts");
+  if (count > 0) {
+    NMS_CUDA_CHECK(cudaMemcpy2D(out.data(), out.ld() * sizeof(float), d_out.get(),
+                                cols * sizeof(float), cols * sizeof(float), rows,
+                                cudaMemcpyDeviceToHost));
+  }
+  if (timing != nullptr) *timing = {kernel_ms, detail::elapsed_ms(t0)};
+}
+
+}  // namespace nms::cuda

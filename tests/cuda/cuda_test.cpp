@@ -1,0 +1,183 @@
+// The CUDA backend against the CPU library on the same inputs. Without a GPU every comparison
+// skips with the reason (GTEST_SKIP), and the no-device behaviour itself is tested: each entry
+// point throws nms::Error saying that no device is there, and nothing is left half-written.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "nmsparse/cuda/cuda.h"
+#include "nmsparse/mask/bimask.h"
+#include "nmsparse/mask/standard.h"
+#include "nmsparse/mask/transposable.h"
+#include "testing/expect_error.h"
+#include "testing/random.h"
+
+namespace nms {
+namespace {
+
+#define NMS_REQUIRE_GPU()                                   \
+  do {                                                      \
+    std::string why;                                        \
+    if (!cuda::device_available(&why)) GTEST_SKIP() << why; \
+  } while (0)
+
+Matrix abs_of(Matrix a) {
+  for (int64_t k = 0; k < a.size(); ++k) a.data()[k] = std::fabs(a.data()[k]);
+  return a;
+}
+
+bool bitwise_equal(const Matrix& a, const Matrix& b) {
+  return a.rows() == b.rows() && a.cols() == b.cols() &&
+         std::memcmp(a.data(), b.data(), static_cast<size_t>(a.size()) * sizeof(float)) == 0;
+}
+
+TEST(Cuda, WithoutADeviceEveryCallSaysSo) {
+  std::string why;
+  if (cuda::device_available(&why)) GTEST_SKIP() << "a device is present";
+  EXPECT_NE(why.find("no CUDA device"), std::string::npos) << why;
+  const Matrix s = abs_of(testing::random_matrix(8, 8, 1));
+  testing::expect_error(
+      [&] {
+        cuda::mask_transposable_gpu(s.view(), NmPattern::make(2, 4), TransposableSolver::kExact);
+      },
+      "no CUDA device");
+  testing::expect_error([&] { cuda::mask_nm_rows_gpu(s.view(), NmPattern::make(2, 4)); },
+                        "no CUDA device");
+  Matrix out(8, 8);
+  testing::expect_error([&] { cuda::grad_prune_gpu_into(s.view(), {}, out.view()); },
+                        "no CUDA device");
+  testing::expect_error([&] { cuda::device_info(); }, "no CUDA device");
+}
+
+TEST(Cuda, DeviceInfoIsPlausible) {
+  NMS_REQUIRE_GPU();
+  const cuda::DeviceInfo info = cuda::device_info();
+  EXPECT_FALSE(info.name.empty());
+  EXPECT_GE(info.compute_major, 7);
+  EXPECT_GT(info.memory_bytes, int64_t{1} << 30);
+  EXPECT_GT(info.multiprocessors, 0);
+}
+
+// Shapes around the tile and word edges: one tile, m not dividing 64 (tiles straddle words),
+// more than one word per row, tall and wide.
+struct Shape {
+  int n, m;
+  int64_t rows, cols;
+};
+const Shape kShapes[] = {{2, 4, 4, 4},      {2, 4, 68, 132}, {1, 4, 8, 260},   {4, 8, 72, 136},
+                         {3, 7, 21, 70},    {5, 12, 24, 96}, {8, 16, 48, 208}, {16, 32, 64, 96},
+                         {20, 64, 64, 128}, {1, 2, 6, 130},  {4, 4, 8, 8}};
+
+TEST(Cuda, ExactTransposableEqualsTheCpuOptimum) {
+  NMS_REQUIRE_GPU();
+  for (const Shape& sh : kShapes) {
+    const NmPattern p = NmPattern::make(sh.n, sh.m);
+    SCOPED_TRACE(::testing::Message() << p.to_string() << " " << sh.rows << "x" << sh.cols);
+    for (int ties = 0; ties < 2; ++ties) {
+      const Matrix s = ties ? abs_of(testing::random_integer_matrix(sh.rows, sh.cols, 3, 7))
+                            : abs_of(testing::random_matrix(sh.rows, sh.cols, 7));
+      const TransposableResult gpu =
+          cuda::mask_transposable_gpu(s.view(), p, TransposableSolver::kExact);
+      const TransposableResult cpu = mask_transposable_exact(s.view(), p);
+      check_transposable_result(s.view(), p, gpu, true);
+      EXPECT_EQ(gpu.stats.tiles_exactly_n, gpu.stats.tiles);
+      EXPECT_NEAR(gpu.stats.objective, cpu.stats.objective, 1e-9 * cpu.stats.objective);
+      // 2:4 keeps the CPU's tie rule; elsewhere equal masks need a unique optimum.
+      if (!ties || (p == NmPattern{2, 4})) {
+        EXPECT_TRUE(gpu.mask == cpu.mask) << "ties " << ties;
+      }
+    }
+  }
+}
+
+TEST(Cuda, GreedyTransposableEqualsTheCpuInBothOrders) {
+  NMS_REQUIRE_GPU();
+  for (const Shape& sh : kShapes) {
+    if (sh.m > 32) continue;
+    const NmPattern p = NmPattern::make(sh.n, sh.m);
+    const Matrix s = abs_of(testing::random_integer_matrix(sh.rows, sh.cols, 2, 9));
+    for (GreedyOrder order : {GreedyOrder::kKeepHeavyFirst, GreedyOrder::kPruneLightFirst}) {
+      const TransposableResult gpu = cuda::mask_transposable_greedy_gpu(s.view(), p, order);
+      const TransposableResult cpu = mask_transposable_greedy(s.view(), p, order);
+      EXPECT_TRUE(gpu.mask == cpu.mask) << p.to_string() << " order " << static_cast<int>(order);
+      EXPECT_EQ(gpu.stats.tiles_exactly_n, cpu.stats.tiles_exactly_n);
+      EXPECT_DOUBLE_EQ(gpu.stats.objective, cpu.stats.objective);
+    }
+  }
+  const Matrix s = abs_of(testing::random_matrix(64, 64, 1));
+  testing::expect_error(
+      [&] {
+        cuda::mask_transposable_gpu(s.view(), NmPattern::make(8, 64), TransposableSolver::kGreedy);
+      },
+      "supports m <= 32");
+  testing::expect_error(
+      [&] {
+        cuda::mask_transposable_gpu(s.view(), NmPattern::make(2, 4), TransposableSolver::kEntropic);
+      },
+      "no GPU implementation");
+}
+
+TEST(Cuda, RowWiseMaskEqualsTheCpu) {
+  NMS_REQUIRE_GPU();
+  for (const Shape& sh : kShapes) {
+    const NmPattern p = NmPattern::make(sh.n, sh.m);
+    Matrix s = abs_of(testing::random_integer_matrix(sh.rows, sh.cols, 2, 3));
+    s(0, 0) = std::numeric_limits<float>::infinity();
+    EXPECT_TRUE(cuda::mask_nm_rows_gpu(s.view(), p) == mask_nm_rows(s.view(), p)) << p.to_string();
+  }
+  Matrix bad = abs_of(testing::random_matrix(4, 8, 2));
+  bad(2, 5) = -1.0f;
+  testing::expect_error([&] { cuda::mask_nm_rows_gpu(bad.view(), NmPattern::make(2, 4)); },
+                        "score (2, 5) is -1");
+}
+
+TEST(Cuda, BiMaskBackwardEqualsTheCpu) {
+  NMS_REQUIRE_GPU();
+  for (const Shape& sh : kShapes) {
+    const NmPattern p = NmPattern::make(sh.n, sh.m);
+    const Matrix w = testing::random_integer_matrix(sh.rows, sh.cols, 2, 5);
+    const BitMask f = mask_nm_magnitude(w.view(), p);
+    for (int cand = 0; cand < 3; ++cand) {
+      const std::vector<int64_t> perm = bimask_candidate(sh.rows, 4, cand);
+      EXPECT_TRUE(cuda::bimask_backward_gpu(w.view(), f, p, perm) ==
+                  bimask_backward(w.view(), f, p, perm))
+          << p.to_string() << " candidate " << cand;
+    }
+  }
+}
+
+TEST(Cuda, GradientPruningEqualsTheCpuBitForBit) {
+  NMS_REQUIRE_GPU();
+  const int patterns[][2] = {{1, 2}, {2, 4}, {1, 4}, {4, 8}, {3, 7}, {8, 16}, {16, 32}, {2, 64}};
+  for (const auto& nm : patterns) {
+    const NmPattern p = NmPattern::make(nm[0], nm[1]);
+    for (NmAxis axis : {NmAxis::kRows, NmAxis::kCols}) {
+      for (GradMethod method : {GradMethod::kMvue, GradMethod::kMvueApprox24, GradMethod::kTopN}) {
+        if (method == GradMethod::kMvueApprox24 && !(p == NmPattern{2, 4})) continue;
+        const int64_t rows = axis == NmAxis::kCols ? 3 * p.m : 37;
+        const int64_t cols = axis == NmAxis::kRows ? 5 * p.m : 131;
+        Matrix g = testing::random_matrix(rows, cols, 11);
+        for (int64_t k = 0; k < g.size(); k += 7) g.data()[k] = 0.0f;  // zeros and short groups
+        const GradPruneOptions o{method, p, axis, 42, tensor_stream_id("layer.dy")};
+        Matrix gpu(rows, cols);
+        cuda::grad_prune_gpu_into(g.view(), o, gpu.view());
+        const Matrix cpu = grad_prune(g.view(), o);
+        EXPECT_TRUE(bitwise_equal(gpu, cpu)) << p.to_string() << " " << grad_method_name(method)
+                                             << " axis " << static_cast<int>(axis);
+      }
+    }
+  }
+  Matrix g = testing::random_matrix(8, 8, 1);
+  g(3, 6) = std::numeric_limits<float>::quiet_NaN();
+  Matrix out(8, 8);
+  testing::expect_error([&] { cuda::grad_prune_gpu_into(g.view(), {}, out.view()); },
+                        "at (row 3, col 6)");
+}
+
+}  // namespace
+}  // namespace nms
