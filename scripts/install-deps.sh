@@ -7,13 +7,31 @@
 # python3-torch + python3-numpy: examples/calibrate_torch.py and its test (which skips without them).
 #   scripts/install-deps.sh            build + test dependencies
 #   scripts/install-deps.sh --fuzz     also clang and its libFuzzer runtime
+#   scripts/install-deps.sh --cuda     also cuSPARSELt for nmsparse_cuda's 2:4 GEMMs (PyPI wheel
+#                                      nvidia-cusparselt-cu13, unpacked into .deps/cusparselt; the
+#                                      CUDA toolkit itself is expected at /usr/local/cuda)
 set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 packages=(cmake ninja-build g++ make pkg-config libgtest-dev libgmock-dev libbenchmark-dev
           nlohmann-json3-dev libcli11-dev zlib1g-dev python3 liblemon-dev libopenblas-dev
           dataset-fashion-mnist libtorch-dev gnuplot-nox python3-torch python3-numpy)
 if [[ "${1:-}" == "--fuzz" ]]; then
   packages+=(clang libclang-rt-14-dev libomp-dev)
+fi
+
+if [[ "${1:-}" == "--cuda" ]]; then
+  if [[ -f "$root/.deps/cusparselt/nvidia/cu13/include/cusparseLt.h" ]]; then
+    exit 0
+  fi
+  echo "install-deps: installing cuSPARSELt (nvidia-cusparselt-cu13) into .deps/cusparselt" >&2
+  tmp="$root/.deps/cusparselt.tmp.$$"
+  rm -rf "$tmp"
+  python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-deps --target "$tmp" \
+    nvidia-cusparselt-cu13 >/dev/null
+  rm -rf "$root/.deps/cusparselt"
+  mv "$tmp" "$root/.deps/cusparselt"
+  exit 0
 fi
 
 missing=()

@@ -3,6 +3,7 @@
 // point throws nms::Error saying that no device is there, and nothing is left half-written.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -10,7 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "cuda/cuda_support.h"
+#include "nmsparse/core/half.h"
 #include "nmsparse/cuda/cuda.h"
+#include "nmsparse/cuda/sparse_gemm.h"
+#include "nmsparse/format/compressed_nm.h"
 #include "nmsparse/mask/bimask.h"
 #include "nmsparse/mask/standard.h"
 #include "nmsparse/mask/transposable.h"
@@ -177,6 +182,95 @@ TEST(Cuda, GradientPruningEqualsTheCpuBitForBit) {
   Matrix out(8, 8);
   testing::expect_error([&] { cuda::grad_prune_gpu_into(g.view(), {}, out.view()); },
                         "at (row 3, col 6)");
+}
+
+// bf16 copy of a host matrix, and the float values it holds.
+std::vector<uint16_t> to_bf16(const Matrix& a, Matrix& rounded) {
+  std::vector<uint16_t> out(static_cast<size_t>(a.size()));
+  f32_to_bf16({a.data(), out.size()}, out);
+  rounded = Matrix(a.rows(), a.cols());
+  bf16_to_f32(out, {rounded.data(), out.size()});
+  return out;
+}
+
+std::vector<float> download_bf16(const cuda::detail::DeviceBuffer<uint16_t>& d) {
+  std::vector<uint16_t> bits(d.size());
+  d.download(bits.data(), bits.size());
+  std::vector<float> out(bits.size());
+  bf16_to_f32(bits, out);
+  return out;
+}
+
+// The three training GEMMs at 2:4 through cuSPARSELt and cuBLASLt against a double product of
+// the same bf16 operands. Tolerance: the bf16 result's rounding (2^-9 relative) plus fp32
+// accumulation over K <= 128 terms: 1 % of the largest |result|.
+TEST(Cuda, SparseGemmsComputeTheTrainingProducts) {
+  NMS_REQUIRE_GPU();
+  std::string why;
+  if (!cuda::sparse_gemm_available(&why)) GTEST_SKIP() << why;
+  const cuda::GemmShape s{64, 128, 96};
+  for (cuda::TrainingGemm gemm : {cuda::TrainingGemm::kForward, cuda::TrainingGemm::kBackwardData,
+                                  cuda::TrainingGemm::kWeightGrad}) {
+    SCOPED_TRACE(std::string(cuda::training_gemm_name(gemm)));
+    const cuda::GemmOperands ops = cuda::gemm_operands(gemm, s);
+    const NmAxis axis = gemm == cuda::TrainingGemm::kForward ? NmAxis::kRows : NmAxis::kCols;
+    const Matrix dense_a = testing::random_matrix(ops.sparse_rows, ops.sparse_cols, 21);
+    const Matrix pruned =
+        grad_prune(dense_a.view(), {GradMethod::kTopN, NmPattern::make(2, 4), axis, 0, 0});
+    Matrix a;
+    Matrix b;
+    const std::vector<uint16_t> a16 = to_bf16(pruned, a);
+    const std::vector<uint16_t> b16 =
+        to_bf16(testing::random_matrix(ops.dense_rows, ops.dense_cols, 22), b);
+    // Row-major reference from the rounded operands.
+    Matrix ref(ops.result_rows, ops.result_cols);
+    double largest = 0.0;
+    for (int64_t r = 0; r < ops.result_rows; ++r) {
+      for (int64_t q = 0; q < ops.result_cols; ++q) {
+        double acc = 0.0;
+        if (gemm == cuda::TrainingGemm::kForward) {  // Y = X W^T: a = W, b = X
+          for (int64_t i = 0; i < s.in; ++i) acc += double{b(r, i)} * a(q, i);
+        } else if (gemm == cuda::TrainingGemm::kBackwardData) {  // dX = dY W: a = W, b = dY
+          for (int64_t o = 0; o < s.out; ++o) acc += double{b(r, o)} * a(o, q);
+        } else {  // dW^T = X^T dY: a = dY, b = X
+          for (int64_t t = 0; t < s.tokens; ++t) acc += double{b(t, r)} * a(t, q);
+        }
+        ref(r, q) = static_cast<float>(acc);
+        largest = std::max(largest, std::fabs(acc));
+      }
+    }
+    cuda::detail::DeviceBuffer<uint16_t> da(a16.size()), db(b16.size());
+    cuda::detail::DeviceBuffer<uint16_t> dd(static_cast<size_t>(ref.size()));
+    da.upload(a16.data(), a16.size());
+    db.upload(b16.data(), b16.size());
+    const auto expect_close = [&](const char* what) {
+      const std::vector<float> got = download_bf16(dd);
+      double worst = 0.0;
+      for (size_t k = 0; k < got.size(); ++k) {
+        worst = std::max(worst, std::fabs(double{got[k]} - ref.data()[k]));
+      }
+      EXPECT_LE(worst, 0.01 * largest) << what;
+    };
+    cuda::Sparse24Gemm sparse(gemm, s);
+    sparse.set_sparse_operand(da.get());
+    sparse.run(db.get(), dd.get());
+    cuda::detail::sync_checked("sparse run");
+    expect_close("cuSPARSELt");
+    // Our compressed format, converted: the same operand, so the same result.
+    sparse.set_sparse_operand(nm_compress(a.view(), NmPattern::make(2, 4), axis));
+    sparse.run(db.get(), dd.get());
+    cuda::detail::sync_checked("sparse run from CompressedNm");
+    expect_close("cuSPARSELt from CompressedNm");
+    cuda::DenseGemm dense(gemm, s);
+    dense.run(da.get(), db.get(), dd.get());
+    cuda::detail::sync_checked("dense run");
+    expect_close("cuBLASLt");
+  }
+  testing::expect_error(
+      [&] {
+        cuda::Sparse24Gemm(cuda::TrainingGemm::kForward, {64, 120, 96});
+      },
+      "multiples of 16");
 }
 
 }  // namespace
