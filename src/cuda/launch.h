@@ -33,11 +33,4 @@ void launch_bimask_backward(const float* w, int64_t rows, int64_t cols, int64_t 
 void launch_grad_prune(const float* g, int64_t rows, int64_t cols, int64_t ld,
                        const GradPruneOptions& options, float* out, int64_t ld_out, unsigned* bad);
 
-// |x| of a Laplace-like variate per element from CounterRng(seed, 0), for benchmarks: scores
-// with a continuous distribution generated where they are used.
-void launch_fill_scores(float* data, int64_t count, uint64_t seed);
-
-// Gaussian-like values (sum of four uniforms, centred) for gradient benchmarks.
-void launch_fill_gradient(float* data, int64_t count, uint64_t seed);
-
 }  // namespace nms::cuda::detail

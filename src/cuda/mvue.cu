@@ -27,21 +27,6 @@ __global__ void grad_prune_groups(const float* g, int64_t rows, int64_t cols, in
   }
 }
 
-__global__ void fill_scores(float* data, int64_t count, CounterRng rng) {
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (t >= count) return;
-  // |Laplace|: -log(1 - u), u in [0, 1) with 24 bits.
-  data[t] = -logf(1.0f - rng.uniform(static_cast<uint64_t>(t)));
-}
-
-__global__ void fill_gradient(float* data, int64_t count, CounterRng rng) {
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (t >= count) return;
-  const PhiloxCounter b = rng.block(static_cast<uint64_t>(t));
-  const float scale = 1.0f / 4294967296.0f;
-  data[t] = ((b[0] * scale + b[1] * scale) + (b[2] * scale + b[3] * scale)) - 2.0f;
-}
-
 }  // namespace
 
 void launch_grad_prune(const float* g, int64_t rows, int64_t cols, int64_t ld,
@@ -51,16 +36,6 @@ void launch_grad_prune(const float* g, int64_t rows, int64_t cols, int64_t ld,
   grad_prune_groups<<<blocks_for(groups, kThreads), kThreads>>>(
       g, rows, cols, ld, o.method, o.pattern.n, o.pattern.m, o.axis == NmAxis::kRows,
       CounterRng(o.seed, o.stream), out, ld_out, bad);
-}
-
-void launch_fill_scores(float* data, int64_t count, uint64_t seed) {
-  if (count == 0) return;
-  fill_scores<<<blocks_for(count, kThreads), kThreads>>>(data, count, CounterRng(seed, 0));
-}
-
-void launch_fill_gradient(float* data, int64_t count, uint64_t seed) {
-  if (count == 0) return;
-  fill_gradient<<<blocks_for(count, kThreads), kThreads>>>(data, count, CounterRng(seed, 1));
 }
 
 }  // namespace detail
