@@ -22,6 +22,7 @@
 #include "nmsparse/grad/prune.h"
 #include "nmsparse/kernels/nm_gemm.h"
 #include "nmsparse/kernels/nm_wgrad.h"
+#include "nmsparse/kernels/transpose.h"
 #include "nmsparse/mask/standard.h"
 #include "nmsparse/mask/transposable.h"
 #include "nmsparse/mask/vectorwise.h"
@@ -137,11 +138,13 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const fl
 struct LayerBench {
   LayerShape s;
   NmPattern p;
-  Matrix w;          // [out, in], transposable N:M: N:M along in and along out
-  Matrix x;          // [T, in]
-  Matrix dy;         // [T, out]
-  Matrix dy_pruned;  // MVUE-pruned dY (dense, for the dense weight-gradient baseline)
-  CompressedNm w_rows, w_cols, dy_comp;
+  Matrix w;              // [out, in], transposable N:M: N:M along in and along out
+  Matrix x;              // [T, in]
+  Matrix dy;             // [T, out]
+  Matrix dy_pruned;      // MVUE-pruned dY (dense, for the dense weight-gradient baseline)
+  BitMask mask, mask_t;  // W's mask and its transpose (held by a training layer between refreshes)
+  Matrix w_t;            // [in, out] scratch for the per-step transpose of W
+  CompressedNm dy_comp;
   NmGemmOperand w_fwd, w_bwd;
   NmWgradWorkspace ws;
   Matrix y_dense, y_sparse, dx_dense, dx_sparse, dw_dense, dw_sparse;
@@ -164,20 +167,23 @@ struct LayerBench {
         forward_only(vectorwise > 0) {
     Matrix scores(shape.out, shape.in);
     for (int64_t k = 0; k < w.size(); ++k) scores.data()[k] = std::fabs(w.data()[k]);
-    apply_mask(w.view(), vectorwise > 0 ? mask_nm_vectorwise(scores.view(), p, vectorwise)
-                                        : mask_transposable_exact(scores.view(), p).mask);
+    mask = vectorwise > 0 ? mask_nm_vectorwise(scores.view(), p, vectorwise)
+                          : mask_transposable_exact(scores.view(), p).mask;
+    apply_mask(w.view(), mask);
+    mask_t = transpose_mask(mask);
+    w_t = Matrix(shape.in, shape.out);
     compress_weights();
     dy_pruned = grad_prune(dy.view(), mvue);
     grad_prune_compressed_into(dy.view(), mvue, dy_comp);
   }
 
-  // Per step: W -> compressed W and Wᵀ, packed for the kernels.
+  // Per step, as the training layer (SparseLinear) does it: W and Wᵀ packed for the kernels
+  // straight from the dense W and the held masks (Wᵀ through the blocked transpose).
   void compress_weights() {
-    nm_compress_into(w.view(), p, NmAxis::kRows, w_rows);
-    nm_gemm_pack_into(w_rows, w_fwd);
+    nm_gemm_pack_masked_into(w.view(), mask, p, w_fwd);
     if (!forward_only) {  // a vector-wise W is N:M along in only
-      nm_compress_into(w.view(), p, NmAxis::kCols, w_cols);
-      nm_gemm_pack_into(w_cols, w_bwd);
+      transpose_into(w.view(), w_t.view());
+      nm_gemm_pack_masked_into(w_t.view(), mask_t, p, w_bwd);
     }
   }
 
@@ -345,7 +351,7 @@ int run_bench_kernels(const KernelBenchOptions& o) {
     std::printf(
         "nmsparse kernels vs OpenBLAS sgemm on the masked dense matrices; %d thread%s, "
         "isa %s; medians of %d alternated runs; weight_grad includes MVUE pruning and "
-        "compression of dY; layer_step adds compressing and packing W and Wᵀ\n\n",
+        "compression of dY; layer_step adds packing W and Wᵀ from W and its masks\n\n",
         threads, threads == 1 ? "" : "s", std::string(isa_name(isa_active())).c_str(), o.repeats);
     table.print(stdout);
   }
@@ -376,8 +382,9 @@ void add_bench_kernels_subcommand(CLI::App& bench, int& exit_code) {
       "matrices (alternately, same thread count; each result checked against the dense "
       "product): forward Y = X Wᵀ, backward_data dX = dY W (W with a transposable N:M mask), "
       "weight_grad dW = dYᵀ X with dY MVUE-pruned along tokens (the pruning and compression "
-      "timed with the sparse kernel), and layer_step: the three GEMMs plus compressing and "
-      "packing W and Wᵀ, against three sgemm calls.");
+      "timed with the sparse kernel), and layer_step: the three GEMMs plus packing W and Wᵀ "
+      "from the dense W and its held masks, as the training layer does, against three sgemm "
+      "calls.");
   cmd->add_option("--nm", o->nm, "Comma list of patterns N:M")->capture_default_str();
   cmd->add_option("--shape", o->shapes,
                   "Layer TOKENSxINxOUT; repeatable or a comma list (default: 8192x768x3072, "
