@@ -14,6 +14,7 @@
 
 #include "cuda/cuda_support.h"
 #include "cuda/launch.h"
+#include "mask/bimask_checks.h"
 #include "nmsparse/cuda/cuda.h"
 #include "nmsparse/mask/bimask.h"
 #include "nmsparse/mask/standard.h"
@@ -228,22 +229,12 @@ BitMask bimask_backward_gpu(ConstMatrixViewF weights, const BitMask& forward, Nm
                             const std::vector<int64_t>& perm, GpuTiming* timing) {
   const auto t0 = Clock::now();
   detail::require_device("bimask_backward_gpu");
-  pattern.validate();
   const int64_t rows = weights.rows();
   const int64_t cols = weights.cols();
-  NMS_CHECK(rows % pattern.m == 0, "out (", rows, ") is not a multiple of m (", pattern.m, ")");
-  NMS_CHECK(cols % pattern.m == 0, "in (", cols, ") is not a multiple of m (", pattern.m, ")");
+  nms::detail::bimask_check_shape(rows, cols, pattern, "bimask_backward_gpu");
   NMS_CHECK(forward.rows() == rows && forward.cols() == cols, "forward mask is ", forward.rows(),
             " x ", forward.cols(), ", weights ", rows, " x ", cols);
-  NMS_CHECK(static_cast<int64_t>(perm.size()) == rows, "permutation has ", perm.size(),
-            " entries for ", rows, " rows");
-  std::vector<char> seen(static_cast<size_t>(rows), 0);
-  for (size_t i = 0; i < perm.size(); ++i) {
-    const int64_t r = perm[i];
-    NMS_CHECK(r >= 0 && r < rows && !seen[static_cast<size_t>(r)], "perm[", i, "] = ", r,
-              " makes it no permutation of 0..", rows - 1);
-    seen[static_cast<size_t>(r)] = 1;
-  }
+  nms::detail::bimask_check_perm(perm, rows);
   BitMask mask(rows, cols);
   const size_t words = static_cast<size_t>(rows * mask.words_per_row());
   const detail::DeviceBuffer<float> d_w = upload_matrix(weights);

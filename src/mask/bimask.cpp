@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "core/parallel.h"
+#include "mask/bimask_checks.h"
 #include "mask/bimask_group.h"
 #include "nmsparse/core/aligned_buffer.h"
 #include "nmsparse/core/error.h"
@@ -18,25 +19,6 @@ namespace nms {
 namespace {
 
 constexpr int kMaxCandidates = 1'000'000;
-
-void check_shape(int64_t rows, int64_t cols, NmPattern p, const char* who) {
-  p.validate();
-  NMS_CHECK(rows % p.m == 0, who, ": out (", rows, ") is not a multiple of m (", p.m, ")");
-  NMS_CHECK(cols % p.m == 0, who, ": in (", cols, ") is not a multiple of m (", p.m, ")");
-  NMS_CHECK(rows < (int64_t{1} << 32), who, ": out (", rows, ") must be below 2^32");
-}
-
-void check_perm(const std::vector<int64_t>& perm, int64_t rows) {
-  NMS_CHECK(static_cast<int64_t>(perm.size()) == rows, "permutation has ", perm.size(),
-            " entries for ", rows, " rows");
-  std::vector<char> seen(static_cast<size_t>(rows), 0);
-  for (size_t i = 0; i < perm.size(); ++i) {
-    const int64_t r = perm[i];
-    NMS_CHECK(r >= 0 && r < rows && !seen[static_cast<size_t>(r)], "perm[", i, "] = ", r,
-              " makes it no permutation of 0..", rows - 1);
-    seen[static_cast<size_t>(r)] = 1;
-  }
-}
 
 // (criterion, other criterion): larger is better.
 std::pair<int64_t, int64_t> key(const BiMaskScore& s, BiMaskCriterion c) {
@@ -150,7 +132,7 @@ std::vector<int64_t> bimask_candidate(int64_t rows, uint64_t seed, int candidate
 }
 
 BitMask permute_rows(const BitMask& mask, const std::vector<int64_t>& perm) {
-  check_perm(perm, mask.rows());
+  detail::bimask_check_perm(perm, mask.rows());
   BitMask out(mask.rows(), mask.cols());
   for (int64_t i = 0; i < mask.rows(); ++i)
     std::copy_n(mask.row_words(perm[static_cast<size_t>(i)]), mask.words_per_row(),
@@ -160,18 +142,18 @@ BitMask permute_rows(const BitMask& mask, const std::vector<int64_t>& perm) {
 
 BiMaskScore bimask_score(const BitMask& forward, NmPattern pattern,
                          const std::vector<int64_t>& perm) {
-  check_shape(forward.rows(), forward.cols(), pattern, "bimask_score");
-  check_perm(perm, forward.rows());
+  detail::bimask_check_shape(forward.rows(), forward.cols(), pattern, "bimask_score");
+  detail::bimask_check_perm(perm, forward.rows());
   return Scorer(forward, pattern).total(perm);
 }
 
 BitMask bimask_backward(ConstMatrixViewF weights, const BitMask& forward, NmPattern pattern,
                         const std::vector<int64_t>& perm) {
-  check_shape(weights.rows(), weights.cols(), pattern, "bimask_backward");
+  detail::bimask_check_shape(weights.rows(), weights.cols(), pattern, "bimask_backward");
   NMS_CHECK(forward.rows() == weights.rows() && forward.cols() == weights.cols(),
             "forward mask is ", forward.rows(), " x ", forward.cols(), ", weights ", weights.rows(),
             " x ", weights.cols());
-  check_perm(perm, weights.rows());
+  detail::bimask_check_perm(perm, weights.rows());
   const int m = pattern.m;
   const int n = pattern.n;
   const int64_t words = forward.words_per_row();
@@ -211,7 +193,7 @@ BitMask bimask_backward(ConstMatrixViewF weights, const BitMask& forward, NmPatt
 }
 
 BiMaskResult bimask(ConstMatrixViewF weights, NmPattern pattern, const BiMaskOptions& options) {
-  check_shape(weights.rows(), weights.cols(), pattern, "bimask");
+  detail::bimask_check_shape(weights.rows(), weights.cols(), pattern, "bimask");
   NMS_CHECK(options.candidates >= 0 && options.candidates <= kMaxCandidates, "candidates (",
             options.candidates, ") outside [0, ", kMaxCandidates, "]");
   NMS_CHECK(options.improve_proposals >= -1, "improve_proposals (", options.improve_proposals,

@@ -79,6 +79,7 @@
 #endif
 
 #include "mask/tile_rows.h"
+#include "mask/transposable_tile.h"
 #include "nmsparse/mask/transposable.h"
 
 namespace nms {
@@ -312,19 +313,7 @@ uint64_t bits_2_4(int combo, int k) {
 // sums per tile (the direct search over the 90 patterns took 270).
 uint64_t solve_2_4(const float* src, int64_t ld, double& value) {
   double s[4][6];
-  for (int r = 0; r < 4; ++r) {
-    const float* row = src + r * ld;
-    const double a0 = row[0];
-    const double a1 = row[1];
-    const double a2 = row[2];
-    const double a3 = row[3];
-    s[r][0] = a0 + a1;
-    s[r][1] = a0 + a2;
-    s[r][2] = a1 + a2;
-    s[r][3] = a0 + a3;
-    s[r][4] = a1 + a3;
-    s[r][5] = a2 + a3;
-  }
+  for (int r = 0; r < 4; ++r) detail::pair_sums_2_4(src + r * ld, s[r]);
   const Search24<double> found = search_2_4(s);
   const int combo = static_cast<int>(found.combo);
   value = found.best;

@@ -53,22 +53,24 @@ NMS_HD inline int pair24_index(uint32_t mask) {
   }
 }
 
+// s[p] = the sum of the row's two entries of pair p, in double (the CPU exact solver's too).
+NMS_HD inline void pair_sums_2_4(const float* row, double* s) {
+  const double a0 = row[0];
+  const double a1 = row[1];
+  const double a2 = row[2];
+  const double a3 = row[3];
+  s[0] = a0 + a1;
+  s[1] = a0 + a2;
+  s[2] = a1 + a2;
+  s[3] = a0 + a3;
+  s[4] = a1 + a3;
+  s[5] = a2 + a3;
+}
+
 // The best 2:4 transposable pattern of one tile: bit 4 r + c = keep (r, c).
 NMS_HD inline uint64_t exact_tile_2_4(const float* a, int64_t ld) {
   double s[4][6];
-  for (int r = 0; r < 4; ++r) {
-    const float* row = a + r * ld;
-    const double a0 = row[0];
-    const double a1 = row[1];
-    const double a2 = row[2];
-    const double a3 = row[3];
-    s[r][0] = a0 + a1;
-    s[r][1] = a0 + a2;
-    s[r][2] = a1 + a2;
-    s[r][3] = a0 + a3;
-    s[r][4] = a1 + a3;
-    s[r][5] = a2 + a3;
-  }
+  for (int r = 0; r < 4; ++r) pair_sums_2_4(a + r * ld, s[r]);
   double best = -1.0;
   uint64_t bits = 0;
   for (int p3 = 0; p3 < 6; ++p3) {
@@ -231,6 +233,20 @@ NMS_HD inline int exact_tile_flow(const float* a, int64_t ld, int n, int m, uint
   }
 }
 
+// Max-heap sift-down of key[root] within key[0, end).
+NMS_HD inline void sift_down(uint64_t* key, int root, int end) {
+  for (;;) {
+    int child = 2 * root + 1;
+    if (child >= end) return;
+    if (child + 1 < end && key[child + 1] > key[child]) ++child;
+    if (key[root] >= key[child]) return;
+    const uint64_t t = key[root];
+    key[root] = key[child];
+    key[child] = t;
+    root = child;
+  }
+}
+
 // Greedy 2-approximation of one tile (mask_transposable_greedy's orders): keep_heavy = descending
 // score, ties lower index, keep while row and column hold < n; otherwise ascending score, ties
 // higher index, prune while row or column has pruned < m - n.
@@ -256,32 +272,12 @@ NMS_HD inline void greedy_tile(const float* a, int64_t ld, int n, int m, bool ke
     }
   }
   // Heap sort, ascending.
-  for (int start = mm / 2 - 1; start >= 0; --start) {
-    for (int root = start;;) {
-      int child = 2 * root + 1;
-      if (child >= mm) break;
-      if (child + 1 < mm && key[child + 1] > key[child]) ++child;
-      if (key[root] >= key[child]) break;
-      const uint64_t t = key[root];
-      key[root] = key[child];
-      key[child] = t;
-      root = child;
-    }
-  }
+  for (int start = mm / 2 - 1; start >= 0; --start) sift_down(key, start, mm);
   for (int end = mm - 1; end > 0; --end) {
     const uint64_t t = key[0];
     key[0] = key[end];
     key[end] = t;
-    for (int root = 0;;) {
-      int child = 2 * root + 1;
-      if (child >= end) break;
-      if (child + 1 < end && key[child + 1] > key[child]) ++child;
-      if (key[root] >= key[child]) break;
-      const uint64_t s = key[root];
-      key[root] = key[child];
-      key[child] = s;
-      root = child;
-    }
+    sift_down(key, 0, end);
   }
   int row_count[kMaxM];
   int col_count[kMaxM];

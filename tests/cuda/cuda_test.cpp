@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cuda/cuda_support.h"
+#include "cuda_test_shapes.h"
 #include "nmsparse/core/half.h"
 #include "nmsparse/cuda/cuda.h"
 #include "nmsparse/cuda/sparse_gemm.h"
@@ -31,11 +32,6 @@ namespace {
     if (!cuda::device_available(&why)) GTEST_SKIP() << why; \
   } while (0)
 
-Matrix abs_of(Matrix a) {
-  for (int64_t k = 0; k < a.size(); ++k) a.data()[k] = std::fabs(a.data()[k]);
-  return a;
-}
-
 bool bitwise_equal(const Matrix& a, const Matrix& b) {
   return a.rows() == b.rows() && a.cols() == b.cols() &&
          std::memcmp(a.data(), b.data(), static_cast<size_t>(a.size()) * sizeof(float)) == 0;
@@ -45,7 +41,7 @@ TEST(Cuda, WithoutADeviceEveryCallSaysSo) {
   std::string why;
   if (cuda::device_available(&why)) GTEST_SKIP() << "a device is present";
   EXPECT_NE(why.find("no CUDA device"), std::string::npos) << why;
-  const Matrix s = abs_of(testing::random_matrix(8, 8, 1));
+  const Matrix s = testing::abs_of(testing::random_matrix(8, 8, 1));
   testing::expect_error(
       [&] {
         cuda::mask_transposable_gpu(s.view(), NmPattern::make(2, 4), TransposableSolver::kExact);
@@ -68,24 +64,15 @@ TEST(Cuda, DeviceInfoIsPlausible) {
   EXPECT_GT(info.multiprocessors, 0);
 }
 
-// Shapes around the tile and word edges: one tile, m not dividing 64 (tiles straddle words),
-// more than one word per row, tall and wide.
-struct Shape {
-  int n, m;
-  int64_t rows, cols;
-};
-const Shape kShapes[] = {{2, 4, 4, 4},      {2, 4, 68, 132}, {1, 4, 8, 260},   {4, 8, 72, 136},
-                         {3, 7, 21, 70},    {5, 12, 24, 96}, {8, 16, 48, 208}, {16, 32, 64, 96},
-                         {20, 64, 64, 128}, {1, 2, 6, 130},  {4, 4, 8, 8}};
-
 TEST(Cuda, ExactTransposableEqualsTheCpuOptimum) {
   NMS_REQUIRE_GPU();
-  for (const Shape& sh : kShapes) {
+  for (const testing::CudaShape& sh : testing::kCudaShapes) {
     const NmPattern p = NmPattern::make(sh.n, sh.m);
     SCOPED_TRACE(::testing::Message() << p.to_string() << " " << sh.rows << "x" << sh.cols);
     for (int ties = 0; ties < 2; ++ties) {
-      const Matrix s = ties ? abs_of(testing::random_integer_matrix(sh.rows, sh.cols, 3, 7))
-                            : abs_of(testing::random_matrix(sh.rows, sh.cols, 7));
+      const Matrix s = ties
+                           ? testing::abs_of(testing::random_integer_matrix(sh.rows, sh.cols, 3, 7))
+                           : testing::abs_of(testing::random_matrix(sh.rows, sh.cols, 7));
       const TransposableResult gpu =
           cuda::mask_transposable_gpu(s.view(), p, TransposableSolver::kExact);
       const TransposableResult cpu = mask_transposable_exact(s.view(), p);
@@ -102,10 +89,10 @@ TEST(Cuda, ExactTransposableEqualsTheCpuOptimum) {
 
 TEST(Cuda, GreedyTransposableEqualsTheCpuInBothOrders) {
   NMS_REQUIRE_GPU();
-  for (const Shape& sh : kShapes) {
+  for (const testing::CudaShape& sh : testing::kCudaShapes) {
     if (sh.m > 32) continue;
     const NmPattern p = NmPattern::make(sh.n, sh.m);
-    const Matrix s = abs_of(testing::random_integer_matrix(sh.rows, sh.cols, 2, 9));
+    const Matrix s = testing::abs_of(testing::random_integer_matrix(sh.rows, sh.cols, 2, 9));
     for (GreedyOrder order : {GreedyOrder::kKeepHeavyFirst, GreedyOrder::kPruneLightFirst}) {
       const TransposableResult gpu = cuda::mask_transposable_greedy_gpu(s.view(), p, order);
       const TransposableResult cpu = mask_transposable_greedy(s.view(), p, order);
@@ -114,7 +101,7 @@ TEST(Cuda, GreedyTransposableEqualsTheCpuInBothOrders) {
       EXPECT_DOUBLE_EQ(gpu.stats.objective, cpu.stats.objective);
     }
   }
-  const Matrix s = abs_of(testing::random_matrix(64, 64, 1));
+  const Matrix s = testing::abs_of(testing::random_matrix(64, 64, 1));
   testing::expect_error(
       [&] {
         cuda::mask_transposable_gpu(s.view(), NmPattern::make(8, 64), TransposableSolver::kGreedy);
@@ -129,13 +116,13 @@ TEST(Cuda, GreedyTransposableEqualsTheCpuInBothOrders) {
 
 TEST(Cuda, RowWiseMaskEqualsTheCpu) {
   NMS_REQUIRE_GPU();
-  for (const Shape& sh : kShapes) {
+  for (const testing::CudaShape& sh : testing::kCudaShapes) {
     const NmPattern p = NmPattern::make(sh.n, sh.m);
-    Matrix s = abs_of(testing::random_integer_matrix(sh.rows, sh.cols, 2, 3));
+    Matrix s = testing::abs_of(testing::random_integer_matrix(sh.rows, sh.cols, 2, 3));
     s(0, 0) = std::numeric_limits<float>::infinity();
     EXPECT_TRUE(cuda::mask_nm_rows_gpu(s.view(), p) == mask_nm_rows(s.view(), p)) << p.to_string();
   }
-  Matrix bad = abs_of(testing::random_matrix(4, 8, 2));
+  Matrix bad = testing::abs_of(testing::random_matrix(4, 8, 2));
   bad(2, 5) = -1.0f;
   testing::expect_error([&] { cuda::mask_nm_rows_gpu(bad.view(), NmPattern::make(2, 4)); },
                         "score (2, 5) is -1");
@@ -143,7 +130,7 @@ TEST(Cuda, RowWiseMaskEqualsTheCpu) {
 
 TEST(Cuda, BiMaskBackwardEqualsTheCpu) {
   NMS_REQUIRE_GPU();
-  for (const Shape& sh : kShapes) {
+  for (const testing::CudaShape& sh : testing::kCudaShapes) {
     const NmPattern p = NmPattern::make(sh.n, sh.m);
     const Matrix w = testing::random_integer_matrix(sh.rows, sh.cols, 2, 5);
     const BitMask f = mask_nm_magnitude(w.view(), p);

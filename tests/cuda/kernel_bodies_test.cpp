@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cuda/kernel_bodies.h"
+#include "cuda_test_shapes.h"
 #include "nmsparse/grad/prune.h"
 #include "nmsparse/mask/bimask.h"
 #include "nmsparse/mask/standard.h"
@@ -21,11 +22,6 @@ namespace {
 
 using cuda::detail::TileCounters;
 using cuda::detail::TileSolver;
-
-Matrix abs_of(Matrix a) {
-  for (int64_t k = 0; k < a.size(); ++k) a.data()[k] = std::fabs(a.data()[k]);
-  return a;
-}
 
 template <int kMaxM>
 void tiles_with(const Matrix& s, NmPattern p, TileSolver solver, std::vector<uint64_t>& bits,
@@ -68,22 +64,14 @@ BitMask emulate_transposable(const Matrix& s, NmPattern p, TileSolver solver,
   return mask;
 }
 
-struct Shape {
-  int n, m;
-  int64_t rows, cols;
-};
-// One tile; m not dividing 64 (tiles straddle words); several words per row; the largest m.
-const Shape kShapes[] = {{2, 4, 4, 4},      {2, 4, 68, 132}, {1, 4, 8, 260},   {4, 8, 72, 136},
-                         {3, 7, 21, 70},    {5, 12, 24, 96}, {8, 16, 48, 208}, {16, 32, 64, 96},
-                         {20, 64, 64, 128}, {1, 2, 6, 130},  {4, 4, 8, 8}};
-
 TEST(CudaKernelBodies, ExactTransposableEqualsTheCpu) {
-  for (const Shape& sh : kShapes) {
+  for (const testing::CudaShape& sh : testing::kCudaShapes) {
     const NmPattern p = NmPattern::make(sh.n, sh.m);
     SCOPED_TRACE(::testing::Message() << p.to_string() << " " << sh.rows << "x" << sh.cols);
     for (int ties = 0; ties < 2; ++ties) {
-      const Matrix s = ties ? abs_of(testing::random_integer_matrix(sh.rows, sh.cols, 3, 7))
-                            : abs_of(testing::random_matrix(sh.rows, sh.cols, 7));
+      const Matrix s = ties
+                           ? testing::abs_of(testing::random_integer_matrix(sh.rows, sh.cols, 3, 7))
+                           : testing::abs_of(testing::random_matrix(sh.rows, sh.cols, 7));
       TileCounters counters{};
       TransposableResult gpu;
       gpu.mask = emulate_transposable(s, p, TileSolver::kExact, counters);
@@ -103,10 +91,10 @@ TEST(CudaKernelBodies, ExactTransposableEqualsTheCpu) {
 }
 
 TEST(CudaKernelBodies, GreedyTransposableEqualsTheCpu) {
-  for (const Shape& sh : kShapes) {
+  for (const testing::CudaShape& sh : testing::kCudaShapes) {
     if (sh.m > cuda::detail::kMaxTileGreedy) continue;
     const NmPattern p = NmPattern::make(sh.n, sh.m);
-    const Matrix s = abs_of(testing::random_integer_matrix(sh.rows, sh.cols, 2, 9));
+    const Matrix s = testing::abs_of(testing::random_integer_matrix(sh.rows, sh.cols, 2, 9));
     for (GreedyOrder order : {GreedyOrder::kKeepHeavyFirst, GreedyOrder::kPruneLightFirst}) {
       TileCounters counters{};
       const BitMask gpu = emulate_transposable(s, p,
@@ -122,9 +110,9 @@ TEST(CudaKernelBodies, GreedyTransposableEqualsTheCpu) {
 }
 
 TEST(CudaKernelBodies, RowWiseMaskEqualsTheCpuAndFlagsBadScores) {
-  for (const Shape& sh : kShapes) {
+  for (const testing::CudaShape& sh : testing::kCudaShapes) {
     const NmPattern p = NmPattern::make(sh.n, sh.m);
-    Matrix s = abs_of(testing::random_integer_matrix(sh.rows, sh.cols, 2, 3));
+    Matrix s = testing::abs_of(testing::random_integer_matrix(sh.rows, sh.cols, 2, 3));
     s(0, 0) = std::numeric_limits<float>::infinity();
     BitMask mine(s.rows(), s.cols());
     unsigned bad = 0;
@@ -145,7 +133,7 @@ TEST(CudaKernelBodies, RowWiseMaskEqualsTheCpuAndFlagsBadScores) {
 }
 
 TEST(CudaKernelBodies, BiMaskBackwardEqualsTheCpu) {
-  for (const Shape& sh : kShapes) {
+  for (const testing::CudaShape& sh : testing::kCudaShapes) {
     const NmPattern p = NmPattern::make(sh.n, sh.m);
     const Matrix w = testing::random_integer_matrix(sh.rows, sh.cols, 2, 5);
     const BitMask f = mask_nm_magnitude(w.view(), p);
