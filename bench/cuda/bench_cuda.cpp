@@ -12,8 +12,9 @@
 // 3. bf16 2:4 GEMMs at T 16384 x 4096 -> 16384: cuSPARSELt vs cuBLASLt for the three training
 //    GEMMs, timed alternately (median of 20), the sparse result checked against the dense one;
 //    the layer step is the sum of the three (targets: forward >= 1.15x, step >= 1.1x).
-// --quick: block 0 only for (1) (times x 32 reported as extrapolated), 4096 x 4096 for (2) and
-// T 4096 for (3); for a smoke run.
+// The JSON file is rewritten after every section, so a run stopped by a time limit keeps what
+// finished. --quick: block 0 only for (1) (times x 32 reported as extrapolated), 4096 x 4096 for
+// (2) and T 4096 for (3); for a smoke run.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -230,6 +231,19 @@ json gemm_pair(TrainingGemm gemm, GemmShape s, double* dense_ms, double* sparse_
           {"max_rel_error", max_diff / std::max(max_ref, 1e-30)}};
 }
 
+// Writes the report so far (atomically: temporary file, then rename), so that a run stopped by a
+// time limit still leaves every finished section.
+void save(const json& report, const std::string& path) {
+  if (path.empty()) return;
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << report.dump(2) << "\n";
+    NMS_CHECK(out.good(), "cannot write ", tmp);
+  }
+  NMS_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename ", tmp, " to ", path);
+}
+
 int run(int argc, char** argv) {
   bool quick = false;
   std::string json_path;
@@ -277,6 +291,7 @@ int run(int argc, char** argv) {
     const int64_t side = quick ? 4096 : 16384;
     report["mvue"] = {mvue_bandwidth(NmPattern::make(2, 4), side, side, info.peak_bandwidth_gbs),
                       mvue_bandwidth(NmPattern::make(8, 16), side, side, info.peak_bandwidth_gbs)};
+    save(report, json_path);
     if (!sparse_gemm_available(&why)) {
       std::fprintf(stderr, "GEMMs skipped: %s\n", why.c_str());
       report["gemm"] = {{"skipped", why}};
@@ -290,6 +305,8 @@ int run(int argc, char** argv) {
         double d = 0.0;
         double sp = 0.0;
         gemms.push_back(gemm_pair(g, s, &d, &sp));
+        report["gemm"] = gemms;
+        save(report, json_path);
         dense_sum += d;
         sparse_sum += sp;
       }
@@ -304,13 +321,8 @@ int run(int argc, char** argv) {
       report["gemm"] = gemms;
     }
   }
-  const std::string text = report.dump(2);
-  std::cout << text << "\n";
-  if (!json_path.empty()) {
-    const std::string tmp = json_path + ".tmp";
-    std::ofstream(tmp) << text << "\n";
-    std::rename(tmp.c_str(), json_path.c_str());
-  }
+  std::cout << report.dump(2) << "\n";
+  save(report, json_path);
   return report.contains("error") ? 1 : 0;
 }
 
