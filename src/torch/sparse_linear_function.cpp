@@ -137,7 +137,7 @@ void bits_to_tensor(const BitMask& bits, torch::Tensor& mask) {
 }
 
 // dw += λ (1 − M) ⊙ w in one pass (the tensor expression made four temporaries of the layer's
-// size).
+// size), where nm_wgrad did not fuse it (dense or reference weight gradients).
 void add_decay(torch::Tensor& dw, const torch::Tensor& w, const torch::Tensor& mask, float lambda) {
   if (dw.scalar_type() != torch::kFloat || !dw.is_contiguous() || !w.is_contiguous()) {
     dw.add_(w * (1 - mask.to(w.scalar_type())), lambda);
@@ -326,8 +326,10 @@ class SparseLinearFunction : public torch::autograd::Function<SparseLinearFuncti
     if (ctx->needs_input_grad(0)) dx = backward_data(dy, w, st);
     torch::Tensor dw;
     if (ctx->needs_input_grad(1)) {
-      dw = weight_grad(dy, x, st);
-      if (config.weights != WeightMode::kDense && config.decay > 0.0f) {
+      const bool decay = config.weights != WeightMode::kDense && config.decay > 0.0f;
+      bool decay_fused = false;
+      dw = weight_grad(dy, x, st, decay ? &w : nullptr, &decay_fused);
+      if (decay && !decay_fused) {
         ProfileTimer timer(g_profile.operand_prep);
         add_decay(dw, w, st.mask_fwd, config.decay);
       }
@@ -387,8 +389,11 @@ class SparseLinearFunction : public torch::autograd::Function<SparseLinearFuncti
     return kernel_gemm(dy_in, ws.backward_operand, g_profile.backward_data_gemm);
   }
 
+  // With decay_w set, the SR-STE decay λ (1 − M) ⊙ W is added by the kernel when it can
+  // (nm_wgrad's fused start term: *decay_fused = true); otherwise the caller adds it.
   static torch::Tensor weight_grad(const torch::Tensor& dy, const torch::Tensor& x,
-                                   const StepState& st) {
+                                   const StepState& st, const torch::Tensor* decay_w,
+                                   bool* decay_fused) {
     const SparseLinearConfig& config = st.config;
     if (config.grads == GradMode::kDense) {
       ProfileTimer timer(g_profile.weight_grad_gemm);
@@ -425,7 +430,16 @@ class SparseLinearFunction : public torch::autograd::Function<SparseLinearFuncti
       ProfileTimer timer(g_profile.weight_grad_gemm);
       dw = torch::empty({dy.size(1), x.size(1)}, x.options());
       const torch::Tensor xc = x_head.is_contiguous() ? x_head : x_head.contiguous();
-      nm_wgrad(ws.pruned_dy, const_view(xc), mutable_view(dw), &ws.wgrad);
+      NmWgradDecay decay;
+      const bool fuse = decay_w != nullptr && decay_w->scalar_type() == torch::kFloat &&
+                        decay_w->is_contiguous() && st.mask_fwd.is_contiguous() &&
+                        st.mask_fwd.scalar_type() == torch::kUInt8;
+      if (fuse) {
+        decay = {const_view(*decay_w), st.mask_fwd.data_ptr<uint8_t>(), decay_w->size(1),
+                 config.decay};
+      }
+      nm_wgrad(ws.pruned_dy, const_view(xc), mutable_view(dw), &ws.wgrad, fuse ? &decay : nullptr);
+      *decay_fused = fuse;
     }
     if (pruned_tokens < tokens) {
       ProfileTimer timer(g_profile.weight_grad_gemm);

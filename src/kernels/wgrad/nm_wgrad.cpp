@@ -81,7 +81,8 @@ bool nm_wgrad_has_fast_path(NmPattern pattern) {
   return pattern.n >= 1 && pattern.n <= pattern.m && pattern.m <= kMaxGroupSize;
 }
 
-void nm_wgrad(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw, NmWgradWorkspace* ws) {
+void nm_wgrad(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw, NmWgradWorkspace* ws,
+              const NmWgradDecay* decay) {
   check_dy(dy);
   const int64_t out = dy.cols;
   const int64_t in = x.cols();
@@ -90,9 +91,24 @@ void nm_wgrad(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw, NmWgra
   NMS_CHECK(dw.rows() == out && dw.cols() == in, "nm_wgrad: dw is ", dw.rows(), " x ", dw.cols(),
             ", expected [dY cols, x cols] = ", out, " x ", in);
   NMS_CHECK(!detail::views_overlap(x, dw), "nm_wgrad: dw overlaps x");
+  if (decay != nullptr) {
+    NMS_CHECK(decay->w.rows() == out && decay->w.cols() == in, "nm_wgrad: the decay's W is ",
+              decay->w.rows(), " x ", decay->w.cols(), ", dw ", out, " x ", in);
+    NMS_CHECK(decay->keep != nullptr && decay->keep_ld >= in,
+              "nm_wgrad: the decay needs a mask "
+              "with row stride >= in (",
+              in, "), got ", decay->keep_ld);
+    NMS_CHECK(!detail::views_overlap(decay->w, dw), "nm_wgrad: dw overlaps the decay's W");
+  }
   if (out == 0 || in == 0) return;
   if (tokens == 0) {
-    for (int64_t o = 0; o < out; ++o) std::fill(dw.row(o), dw.row(o) + in, 0.0f);
+    for (int64_t o = 0; o < out; ++o) {
+      for (int64_t i = 0; i < in; ++i) {
+        dw(o, i) = decay != nullptr && decay->keep[o * decay->keep_ld + i] == 0
+                       ? decay->lambda * decay->w(o, i)
+                       : 0.0f;
+      }
+    }
     return;
   }
 
@@ -213,6 +229,13 @@ void nm_wgrad(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw, NmWgra
             ta.offs = offs + (b - bc) * kWgradTileWords;
             ta.c = dw.row(row) + col;
             ta.rows = static_cast<int>(std::min<int64_t>(kWgradRowTile, out - row));
+            if (decay != nullptr && ta.first) {
+              ta.decay_w = decay->w.row(row) + col;
+              ta.decay_ld_w = decay->w.ld();
+              ta.decay_keep = decay->keep + row * decay->keep_ld + col;
+              ta.decay_ld_keep = decay->keep_ld;
+              ta.decay = decay->lambda;
+            }
             ta.next_c = nullptr;
             if (b + 1 < bc_end) {
               ta.next_c = dw.row(row + kWgradRowTile) + col;

@@ -29,6 +29,11 @@ void tile_rows(const WgradTileArgs& t) {
         acc[r][v] =
             t.first ? _mm256_setzero_ps() : _mm256_maskload_ps(t.c + r * t.ldc + j0 + 8 * v, cm[v]);
       }
+      if (t.first && t.decay_w != nullptr) {  // once per element: scalar is enough
+        alignas(32) float start[kChunk] = {};
+        for (int j = j0; j < t.cols && j < j0 + kChunk; ++j) start[j - j0] = wgrad_start(t, r, j);
+        for (int v = 0; v < 4; ++v) acc[r][v] = _mm256_load_ps(start + 8 * v);
+      }
     }
     for (int s = 0; s < t.slots; ++s) {
       for (int r = 0; r < kRows; ++r) {

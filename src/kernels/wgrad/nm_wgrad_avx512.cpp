@@ -51,6 +51,13 @@ void tile(const WgradTileArgs& t) {
       const __mmask16 k = v == NV - 1 ? last_mask : static_cast<__mmask16>(0xFFFFu);
       acc[r][v] = t.first || r >= t.rows ? _mm512_setzero_ps()
                                          : _mm512_maskz_loadu_ps(k, t.c + r * t.ldc + 16 * v);
+      if (t.first && t.decay_w != nullptr && r < t.rows) {
+        // decay · W where keep == 0: the same single multiply as wgrad_start.
+        const __m512 w = _mm512_maskz_loadu_ps(k, t.decay_w + r * t.decay_ld_w + 16 * v);
+        const __m128i keep = _mm_maskz_loadu_epi8(k, t.decay_keep + r * t.decay_ld_keep + 16 * v);
+        const __mmask16 pruned = _mm_mask_cmpeq_epi8_mask(k, keep, _mm_setzero_si128());
+        acc[r][v] = _mm512_maskz_mul_ps(pruned, _mm512_set1_ps(t.decay), w);
+      }
     }
   }
   const auto* base = reinterpret_cast<const char*>(t.panel);

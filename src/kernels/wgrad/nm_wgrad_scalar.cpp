@@ -30,7 +30,8 @@ bool wgrad_decode_scalar(const WgradDecodeArgs& a, float* vals, int32_t* offs) {
 void wgrad_tile_scalar(const WgradTileArgs& t) {
   float acc[kWgradRowTile][kWgradPanel];
   for (int r = 0; r < t.rows; ++r) {
-    for (int j = 0; j < t.cols; ++j) acc[r][j] = t.first ? 0.0f : t.c[r * t.ldc + j];
+    for (int j = 0; j < t.cols; ++j)
+      acc[r][j] = t.first ? wgrad_start(t, r, j) : t.c[r * t.ldc + j];
   }
   const auto* base = reinterpret_cast<const unsigned char*>(t.panel);
   for (int s = 0; s < t.slots; ++s) {

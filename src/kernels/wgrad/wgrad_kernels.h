@@ -44,7 +44,7 @@ using WgradDecodeFn = bool (*)(const WgradDecodeArgs& a, float* vals, int32_t* o
 bool wgrad_decode_scalar(const WgradDecodeArgs& a, float* vals, int32_t* offs);
 bool wgrad_decode_avx512(const WgradDecodeArgs& a, float* vals, int32_t* offs);
 
-// One micro-tile: C[rows, cols] (row stride ldc floats) = (first ? 0 : C) + Σ_s vals[r][s] ·
+// One micro-tile: C[rows, cols] (row stride ldc floats) = (first ? start : C) + Σ_s vals[r][s] ·
 // panel row offs[r][s], s < slots, in slot order, one fused multiply-add per term and element.
 // vals / offs: a packed tile (rows kWgradSlotStride apart). 1 <= rows <= kWgradRowTile,
 // 1 <= cols <= kWgradPanel. Only
@@ -61,7 +61,21 @@ struct WgradTileArgs {
   bool first;
   const float* next_c;
   int next_rows;
+  // With `first`: when decay_w is set, C starts from decay · W (row stride decay_ld_w) where
+  // decay_keep (bytes, row stride decay_ld_keep) is 0, and from 0 where it is not, instead of 0.
+  const float* decay_w;
+  const uint8_t* decay_keep;
+  int64_t decay_ld_w;
+  int64_t decay_ld_keep;
+  float decay;
 };
+
+// The start value of C(r, j) for a first block (the decay term or 0).
+inline float wgrad_start(const WgradTileArgs& t, int r, int j) {
+  if (t.decay_w == nullptr) return 0.0f;
+  return t.decay_keep[r * t.decay_ld_keep + j] == 0 ? t.decay * t.decay_w[r * t.decay_ld_w + j]
+                                                    : 0.0f;
+}
 using WgradTileFn = void (*)(const WgradTileArgs& t);
 
 // The scalar specification (std::fma per term) and the AVX2 and AVX-512 kernels (bitwise the

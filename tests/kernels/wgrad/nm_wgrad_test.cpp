@@ -266,6 +266,72 @@ TEST(NmWgrad, DecodersAgree) {
   }
 }
 
+// The fused SR-STE decay: dw = λ (1 − M) ⊙ W + dYᵀ X, each element's chain of multiply-adds
+// starting from λ·W (dropped) or 0 (kept). Checked against the double reference with one more
+// rounding in the bound (γ_{k+1}, the start term counted in the magnitude), bit for bit across
+// ISA levels, with strided W, mask and dw, around the tile edges, and at T = 0.
+TEST(NmWgrad, FusedDecayStartsEachChainFromTheDecayTerm) {
+  const float lambda = 0.375f;
+  for (const Case& c : {Case{64, 130, 7, NmPattern{2, 4}}, Case{200, 17, 4, NmPattern{4, 8}},
+                        Case{96, 260, 9, NmPattern{1, 4}}, Case{0, 33, 5, NmPattern{2, 4}}}) {
+    SCOPED_TRACE(describe(c));
+    const Matrix d = random_dy(c.tokens, c.out, c.pattern, 5);
+    const CompressedNm dy = nm_compress(d.view(), c.pattern, NmAxis::kCols);
+    const Matrix x = testing::random_matrix(c.tokens, c.in, 6);
+    Matrix wbuf = testing::random_matrix(c.out, c.in + 3, 7);
+    const ConstMatrixViewF w(wbuf.data(), c.out, c.in, c.in + 3);
+    const int64_t keep_ld = c.in + 5;
+    std::vector<uint8_t> keep(static_cast<size_t>(c.out * keep_ld));
+    for (size_t k = 0; k < keep.size(); ++k) keep[k] = static_cast<uint8_t>((k * 7 + k / 3) % 3);
+    const NmWgradDecay decay{w, keep.data(), keep_ld, lambda};
+    const int64_t kept = c.tokens / c.pattern.m * c.pattern.n + 1;
+    const double u = std::ldexp(1.0, -24);
+    const double gamma = kept * u / (1.0 - kept * u);
+    Matrix first;
+    for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+      if (isa > isa_supported()) continue;
+      ScopedIsa level(isa);
+      Matrix dbuf(c.out, c.in + 2);
+      const MatrixViewF dw(dbuf.data(), c.out, c.in, c.in + 2);
+      nm_wgrad(dy, x.view(), dw, nullptr, &decay);
+      for (int64_t o = 0; o < c.out; ++o) {
+        for (int64_t i = 0; i < c.in; ++i) {
+          const bool dropped = keep[static_cast<size_t>(o * keep_ld + i)] == 0;
+          double ref = dropped ? double{lambda * w(o, i)} : 0.0;
+          double mag = std::fabs(ref);
+          for (int64_t t = 0; t < c.tokens; ++t) {
+            ref += double{d(t, o)} * x(t, i);
+            mag += std::fabs(double{d(t, o)} * x(t, i));
+          }
+          ASSERT_LE(std::fabs(dw(o, i) - ref), gamma * mag + 1e-30)
+              << "isa " << isa_name(isa) << " at (" << o << ", " << i << ")";
+          if (c.tokens == 0) {
+            ASSERT_EQ(dw(o, i), dropped ? lambda * w(o, i) : 0.0f);
+          }
+        }
+      }
+      Matrix dense(c.out, c.in);
+      for (int64_t o = 0; o < c.out; ++o)
+        for (int64_t i = 0; i < c.in; ++i) dense(o, i) = dw(o, i);
+      if (first.size() == 0) {
+        first = std::move(dense);
+      } else {
+        ASSERT_EQ(std::memcmp(first.data(), dense.data(), sizeof(float) * first.size()), 0)
+            << "isa " << isa_name(isa) << " differs from scalar";
+      }
+    }
+  }
+  const Matrix d = random_dy(8, 4, NmPattern{2, 4}, 1);
+  const CompressedNm dy = nm_compress(d.view(), NmPattern{2, 4}, NmAxis::kCols);
+  const Matrix x = testing::random_matrix(8, 6, 2);
+  Matrix dw(4, 6);
+  const Matrix w_bad(4, 5);
+  std::vector<uint8_t> keep(24);
+  const NmWgradDecay bad{w_bad.view(), keep.data(), 6, 0.1f};
+  testing::expect_error([&] { nm_wgrad(dy, x.view(), dw.view(), nullptr, &bad); },
+                        "the decay's W is 4 x 5, dw 4 x 6");
+}
+
 TEST(NmWgrad, Errors) {
   const Matrix d = random_dy(16, 10, {2, 4}, 9);
   const CompressedNm dy = nm_compress(d.view(), {2, 4}, NmAxis::kCols);
