@@ -48,6 +48,20 @@ Matrix random_dy(int64_t tokens, int64_t out, NmPattern p, uint64_t seed) {
   return d;
 }
 
+// Keeps the first ISA level's result in `first`; later levels must equal it bit for bit.
+void expect_same_as_first_level(Matrix& first, ConstMatrixViewF dw, Isa isa) {
+  Matrix dense(dw.rows(), dw.cols());
+  for (int64_t o = 0; o < dw.rows(); ++o) {
+    for (int64_t i = 0; i < dw.cols(); ++i) dense(o, i) = dw(o, i);
+  }
+  if (first.size() == 0) {
+    first = std::move(dense);
+    return;
+  }
+  EXPECT_EQ(std::memcmp(first.data(), dense.data(), sizeof(float) * first.size()), 0)
+      << "isa " << isa_name(isa) << " differs from the first level";
+}
+
 struct Case {
   int64_t tokens, in, out;
   NmPattern pattern;
@@ -101,15 +115,7 @@ void check_case(const Case& c, uint64_t seed, int64_t pad = 0) {
         ASSERT_EQ(wbuf(o, i), -7.0f) << "wrote past the row at " << o << ", " << i;
       }
     }
-    Matrix dense(c.out, c.in);
-    for (int64_t o = 0; o < c.out; ++o)
-      for (int64_t i = 0; i < c.in; ++i) dense(o, i) = dw(o, i);
-    if (first.size() == 0) {
-      first = std::move(dense);
-    } else {
-      ASSERT_EQ(std::memcmp(first.data(), dense.data(), sizeof(float) * first.size()), 0)
-          << "isa " << isa_name(isa) << " differs from scalar";
-    }
+    expect_same_as_first_level(first, dw, isa);
   }
 }
 
@@ -310,15 +316,7 @@ TEST(NmWgrad, FusedDecayStartsEachChainFromTheDecayTerm) {
           }
         }
       }
-      Matrix dense(c.out, c.in);
-      for (int64_t o = 0; o < c.out; ++o)
-        for (int64_t i = 0; i < c.in; ++i) dense(o, i) = dw(o, i);
-      if (first.size() == 0) {
-        first = std::move(dense);
-      } else {
-        ASSERT_EQ(std::memcmp(first.data(), dense.data(), sizeof(float) * first.size()), 0)
-            << "isa " << isa_name(isa) << " differs from scalar";
-      }
+      expect_same_as_first_level(first, dw, isa);
     }
   }
   const Matrix d = random_dy(8, 4, NmPattern{2, 4}, 1);
