@@ -22,7 +22,7 @@ void launch_transposable(const float* scores, int64_t rows, int64_t cols, int64_
 void launch_nm_rows(const float* scores, int64_t rows, int64_t cols, int64_t ld, NmPattern pattern,
                     uint64_t* words, unsigned* bad);
 
-// Bi-Mask backward mask into `words` (zeroed by the caller): w [rows, cols], fwd the forward
+// Bi-Mask backward mask into `words` (every word written): w [rows, cols], fwd the forward
 // mask's words, perm the row permutation.
 void launch_bimask_backward(const float* w, int64_t rows, int64_t cols, int64_t ld,
                             const uint64_t* fwd, const int64_t* perm, NmPattern pattern,

@@ -242,8 +242,7 @@ BitMask bimask_backward_gpu(ConstMatrixViewF weights, const BitMask& forward, Nm
   if (words > 0) d_fwd.upload(forward.row_words(0), words);
   detail::DeviceBuffer<int64_t> d_perm(perm.size());
   if (!perm.empty()) d_perm.upload(perm.data(), perm.size());
-  detail::DeviceBuffer<uint64_t> d_words(words);
-  d_words.zero();
+  detail::DeviceBuffer<uint64_t> d_words(words);  // every word is written by one thread
   detail::EventTimer timer;
   timer.start();
   detail::launch_bimask_backward(d_w.get(), rows, cols, cols, d_fwd.get(), d_perm.get(), pattern,

@@ -2,7 +2,8 @@
 // (core/host_device.h), the rule of nmsparse/mask/bimask.h: among the forward-kept entries of
 // the permuted rows perm[0..m) in column j, keep the n with the largest |W|, ties to the lower
 // permuted offset; all of them when at most n are forward-kept. The CUDA backend runs it per
-// (group, column); tests/mask/bimask_test.cpp holds it against bimask_backward on the host.
+// (group, column); tests/cuda/kernel_bodies_test.cpp holds that thread body against
+// bimask_backward on the host.
 #pragma once
 
 #include <cstdint>

@@ -1,18 +1,10 @@
-// Shared by the CUDA backend's tests (host bodies and device): score matrices and the shapes
-// around the tile and word edges.
+// Shared by the CUDA backend's tests (host bodies and device): the shapes around the tile and
+// word edges.
 #pragma once
 
-#include <cmath>
 #include <cstdint>
 
-#include "nmsparse/core/aligned_buffer.h"
-
 namespace nms::testing {
-
-inline Matrix abs_of(Matrix a) {
-  for (int64_t k = 0; k < a.size(); ++k) a.data()[k] = std::fabs(a.data()[k]);
-  return a;
-}
 
 struct CudaShape {
   int n, m;

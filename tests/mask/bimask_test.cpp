@@ -8,7 +8,6 @@
 #include <limits>
 #include <vector>
 
-#include "mask/bimask_backward_group.h"
 #include "mask/bimask_reference.h"
 #include "nmsparse/core/rng.h"
 #include "nmsparse/core/threading.h"
@@ -131,30 +130,6 @@ TEST(BiMask, BackwardMatchesReferenceForManyPermutations) {
       EXPECT_TRUE(bimask_backward(w.view(), f, p, perm) ==
                   reference::bimask_backward(w.view(), f, p, perm));
       EXPECT_EQ(bimask_score(f, p, perm), reference::bimask_score(w.view(), f, p, perm));
-    }
-  }
-}
-
-// The host-device per-(group, column) routine the CUDA backend runs, against bimask_backward.
-TEST(BiMask, HostDeviceGroupRoutineMatchesBackward) {
-  for (const Case& c : {Case{24, 136, 2, 4}, Case{16, 72, 1, 4}, Case{16, 64, 4, 8}}) {
-    const NmPattern p = NmPattern::make(c.n, c.m);
-    const Matrix w = testing::random_integer_matrix(c.out, c.in, 2, 4);
-    const BitMask f = mask_nm_magnitude(w.view(), p);
-    for (int cand = 0; cand < 4; ++cand) {
-      const std::vector<int64_t> perm = bimask_candidate(c.out, 5, cand);
-      BitMask mine(c.out, c.in);
-      for (int64_t g = 0; g < c.out / c.m; ++g) {
-        for (int64_t j = 0; j < c.in; ++j) {
-          const uint64_t kept =
-              detail::bimask_backward_group(w.view().data(), w.view().ld(), f.row_words(0),
-                                            f.words_per_row(), perm.data() + g * c.m, c.n, c.m, j);
-          for (int k = 0; k < c.m; ++k) {
-            if ((kept >> k) & 1) mine.set(perm[static_cast<size_t>(g * c.m + k)], j);
-          }
-        }
-      }
-      EXPECT_TRUE(mine == bimask_backward(w.view(), f, p, perm)) << c.n << ":" << c.m;
     }
   }
 }

@@ -23,17 +23,14 @@
 namespace nms {
 namespace {
 
+using testing::abs_of;
+
 // Sizes shrink under sanitizers / Debug so the suite stays fast there.
 #if defined(__SANITIZE_ADDRESS__) || !defined(NDEBUG)
 constexpr int kScale = 1;
 #else
 constexpr int kScale = 4;
 #endif
-
-Matrix abs_of(Matrix a) {
-  for (int64_t k = 0; k < a.size(); ++k) a.data()[k] = std::fabs(a.data()[k]);
-  return a;
-}
 
 // Kind 0: continuous [0, 1); 1: integers 0..3 (many ties); 2: {0, 1} (mostly ties and zeros);
 // 3: all equal; 4: all zero.

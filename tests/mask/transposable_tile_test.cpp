@@ -15,10 +15,7 @@
 namespace nms {
 namespace {
 
-Matrix abs_of(Matrix a) {
-  for (int64_t k = 0; k < a.size(); ++k) a.data()[k] = std::fabs(a.data()[k]);
-  return a;
-}
+using testing::abs_of;
 
 // Runs tile(a, ld, keep) on every m x m tile and assembles the mask.
 template <class Tile>
@@ -38,17 +35,11 @@ BitMask solve_by_tiles(const Matrix& s, int m, Tile&& tile) {
   return mask;
 }
 
-TransposableResult as_result(const Matrix& s, BitMask mask) {
-  TransposableResult r;
-  r.stats.objective = mask_score(s.view(), mask);
-  r.stats.tiles = 0;
-  r.mask = std::move(mask);
-  return r;
-}
-
 // Checks validity (<= n, or == n) per tile row and column, independently of the solver.
 void expect_valid(const Matrix& s, NmPattern p, const BitMask& mask, bool exactly_n) {
-  TransposableResult r = as_result(s, mask);
+  TransposableResult r;
+  r.mask = mask;
+  r.stats.objective = mask_score(s.view(), mask);
   int64_t full = 0;
   for (int64_t i0 = 0; i0 < s.rows(); i0 += p.m) {
     for (int64_t j0 = 0; j0 < s.cols(); j0 += p.m) {

@@ -28,4 +28,10 @@ inline Matrix random_integer_matrix(int64_t rows, int64_t cols, int levels, uint
   return a;
 }
 
+// |a| elementwise: non-negative scores for the mask solvers.
+inline Matrix abs_of(Matrix a) {
+  for (int64_t k = 0; k < a.size(); ++k) a.data()[k] = std::fabs(a.data()[k]);
+  return a;
+}
+
 }  // namespace nms::testing
