@@ -2,6 +2,7 @@
 #include "nmsparse/kernels/transpose.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <vector>
 
 #include "core/parallel.h"
@@ -16,6 +17,11 @@ namespace {
 
 constexpr int64_t kBlock = 16;
 constexpr int64_t kColumnsPerItem = 256;  // dst rows per work item: 256 x K floats written
+// Destinations at least this large are written with non-temporal stores (AVX-512, aligned rows):
+// they do not fit the caches anyway, and each dst line is written whole by one block, so the
+// stores skip reading every line for ownership first. 4096 x 4096, one thread: 21-38 ms with
+// plain stores, 8.8 ms streaming (memcpy of the matrix: 5.8 ms); at 1024 x 1024 the two are alike.
+constexpr int64_t kStreamBytes = int64_t{8} << 20;
 
 std::vector<int64_t> checked_order(std::span<const int64_t> order, int64_t rows, const char* what) {
   std::vector<int64_t> out(order.empty() ? static_cast<size_t>(rows) : order.size());
@@ -43,6 +49,8 @@ void transpose_into(ConstMatrixViewF src, MatrixViewF dst, std::span<const int64
 #else
   const bool simd = false;
 #endif
+  const bool stream = simd && c_len * k_len * int64_t{4} >= kStreamBytes &&
+                      reinterpret_cast<uintptr_t>(dst.row(0)) % 64 == 0 && dst.ld() % 16 == 0;
   const int64_t items = (c_len + kColumnsPerItem - 1) / kColumnsPerItem;
   detail::parallel_for(items, [&](int64_t item) {
     const int64_t j_begin = item * kColumnsPerItem;
@@ -55,12 +63,13 @@ void transpose_into(ConstMatrixViewF src, MatrixViewF dst, std::span<const int64
         for (; j0 + kBlock <= j_end; j0 += kBlock) {
           const float* block_rows[kBlock];
           for (int64_t i = 0; i < kBlock; ++i) block_rows[i] = src.row(rows[k0 + i]) + j0;
-          detail::transpose16_avx512(block_rows, dst.row(j0) + k0, dst.ld());
+          detail::transpose16_avx512(block_rows, dst.row(j0) + k0, dst.ld(), stream);
         }
         for (; j0 < j_end; ++j0) {
           for (int64_t i = 0; i < kBlock; ++i) dst(j0, k0 + i) = src(rows[k0 + i], j0);
         }
       }
+      if (stream) detail::stream_fence_avx512();
 #endif
     }
     for (; k0 < k_len; k0 += kBlock) {  // scalar: whole matrix, or the last k_len % 16 rows

@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "nmsparse/core/aligned_buffer.h"
 #include "nmsparse/core/isa.h"
 #include "nmsparse/core/threading.h"
 #include "nmsparse/kernels/transpose.h"
@@ -63,6 +64,29 @@ TEST(Transpose, MatchesDefinitionAtEveryLevelAndSize) {
           ASSERT_EQ(t, want);
         }
       }
+    }
+  }
+}
+
+// Destinations of 8 MB and more with 64-byte aligned rows take the non-temporal store path; the
+// last 16-row block and the last columns (not multiples of 16) still go through the plain stores.
+TEST(Transpose, LargeAlignedDestinationMatchesDefinition) {
+  const int64_t r = 1037, c = 2053;  // dst: 2053 rows of ld 1040 floats = 8.5 MB
+  std::vector<float> src(static_cast<size_t>(r * c));
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i % 100003) - 7.0f;
+  const std::vector<int64_t> order = make_order(r, 1);
+  for (Isa isa : {Isa::kScalar, Isa::kAvx512}) {
+    if (isa > isa_supported()) continue;
+    ScopedIsa scoped(isa);
+    SCOPED_TRACE(isa_name(isa));
+    Matrix dst(c, 1040);
+    ASSERT_EQ(reinterpret_cast<uintptr_t>(dst.view().row(0)) % 64, 0u);
+    for (int64_t j = 0; j < c; ++j) dst(j, r) = -1.0f;  // a padding column
+    transpose_into(ConstMatrixViewF(src.data(), r, c), MatrixViewF(dst.view().row(0), c, r, 1040),
+                   order);
+    for (int64_t j = 0; j < c; ++j) {
+      for (int64_t k = 0; k < r; ++k) ASSERT_EQ(dst(j, k), src[order[k] * c + j]) << j << "," << k;
+      ASSERT_EQ(dst(j, r), -1.0f);
     }
   }
 }
