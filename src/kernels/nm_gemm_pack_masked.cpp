@@ -3,6 +3,8 @@
 // Entries are exactly those of nm_gemm_pack( nm_compress_masked(a, mask)): per group the kept
 // columns in increasing order, padded with the group's lowest unkept columns at value 0 when it
 // keeps fewer than n.
+#include <xmmintrin.h>
+
 #include <algorithm>
 #include <atomic>
 #include <bit>
@@ -57,15 +59,30 @@ inline bool pack_group_row(const float* src, uint64_t real, int64_t col_in_block
 // The packer for compile-time kN:kM (0: the runtime n, m). Entries go straight to their place:
 // slot j of row l of a group at e + (j * 6 + l) * 2. An over-full group sets `failed` and ends
 // the tile.
+// Copies `count` floats (a multiple of 4) to a 16-byte aligned dst with non-temporal stores.
+void stream_copy(float* dst, const float* src, int64_t count) {
+  for (int64_t i = 0; i < count; i += 4) _mm_stream_ps(dst + i, _mm_load_ps(src + i));
+}
+
+// Operands at least this large are written through a per-(block, tile) buffer and streamed out:
+// they exceed the caches anyway, and every line of a run is then written whole, without the read
+// for ownership that the entry-by-entry stores made (their stores were ~40 % of the packer's
+// samples). 2:4 at 4096 x 4096 (64 MB packed), one thread: 17.7 -> 14.4 ms.
+constexpr int64_t kStreamFloats = int64_t{2} << 20;  // 8 MB
+// Floats of the largest (block, tile) run: slots_per_block <= kNmGemmMaxDepthBlock.
+constexpr int64_t kMaxRunFloats = kNmGemmMaxDepthBlock * kNmGemmTileRows * 2;
+
 template <int kN, int kM>
 void pack_tiles(ConstMatrixViewF a, const BitMask& mask, int n, int m,
-                const detail::NmGemmLayout& lay, float* packed, std::atomic<bool>& failed,
-                int64_t tile) {
+                const detail::NmGemmLayout& lay, float* packed, bool stream,
+                std::atomic<bool>& failed, int64_t tile) {
   const int nn = kN > 0 ? kN : n;
   const int mm = kM > 0 ? kM : m;
   const uint64_t group_mask = mm == 64 ? ~uint64_t{0} : (uint64_t{1} << mm) - 1;
+  alignas(64) float run[kMaxRunFloats];
   for (int64_t b = 0; b < lay.depth_blocks; ++b) {
-    float* e = packed + lay.entry(tile, lay.block_first_slot(b), 0);
+    float* const dst = packed + lay.entry(tile, lay.block_first_slot(b), 0);
+    float* e = stream ? run : dst;
     const int64_t col0 = b * lay.depth_block;
     const int64_t groups = lay.block_width(b) / mm;
     for (int64_t gi = 0; gi < groups; ++gi, e += nn * kNmGemmTileRows * 2) {
@@ -90,7 +107,9 @@ void pack_tiles(ConstMatrixViewF a, const BitMask& mask, int n, int m,
         }
       }
     }
+    if (stream) stream_copy(dst, run, e - run);
   }
+  if (stream) _mm_sfence();
 }
 
 }  // namespace
@@ -114,15 +133,18 @@ void nm_gemm_pack_masked_into(ConstMatrixViewF a, const BitMask& mask, NmPattern
   // 2048 x 2048, one thread: 6.7 ms with runtime n and m, 3.6 ms compile-time, 2.8 ms with the
   // table popcount.
   using Packer = void (*)(ConstMatrixViewF, const BitMask&, int, int, const detail::NmGemmLayout&,
-                          float*, std::atomic<bool>&, int64_t);
+                          float*, bool, std::atomic<bool>&, int64_t);
   Packer packer = pack_tiles<0, 0>;
   if (pattern == NmPattern{2, 4}) packer = pack_tiles<2, 4>;
   if (pattern == NmPattern{1, 4}) packer = pack_tiles<1, 4>;
   if (pattern == NmPattern{1, 2}) packer = pack_tiles<1, 2>;
   if (pattern == NmPattern{4, 8}) packer = pack_tiles<4, 8>;
+  // Runs are 16-byte aligned (each is a whole number of 48-byte (slot, tile) pairs from the
+  // 64-byte aligned buffer), as _mm_stream_ps needs.
+  const bool stream = lay.total_floats() >= kStreamFloats;
   std::atomic<bool> failed{false};
   detail::parallel_for(lay.tiles, [&](int64_t tile) {
-    packer(a, mask, n, m, lay, dst.packed.data(), failed, tile);
+    packer(a, mask, n, m, lay, dst.packed.data(), stream, failed, tile);
   });
   if (failed.load()) {
     // Report the first over-full group in row-major order, whatever thread found one.

@@ -306,38 +306,47 @@ namespace {
 
 // nm_gemm_pack_masked_into equals nm_gemm_pack(nm_compress_masked(...)) entry for entry, on tile
 // and depth-block edges, with groups that keep fewer than n (padding) and strided input.
+void expect_pack_masked_equals_pack(NmPattern p, int64_t rows, int64_t groups) {
+  SCOPED_TRACE(::testing::Message()
+               << p.to_string() << " " << rows << " rows, " << groups << " groups");
+  const int64_t k = groups * p.m;
+  std::vector<float> a(static_cast<size_t>(rows * (k + 5)));
+  for (size_t i = 0; i < a.size(); ++i)
+    a[i] = static_cast<float>((i * 2654435761u) % 1000) - 500.0f;
+  const ConstMatrixViewF av(a.data(), rows, k, k + 5);
+  BitMask mask(rows, k);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t g = 0; g < groups; ++g) {
+      const int keep = static_cast<int>((r + g) % (p.n + 1));  // 0..n kept
+      for (int j = 0; j < keep; ++j) mask.set(r, g * p.m + (j * 3 + r) % p.m);
+    }
+  }
+  // (j * 3 + r) % m may repeat: the set then keeps fewer, which is still valid.
+  const NmGemmOperand want = nm_gemm_pack(nm_compress_masked(av, mask, p));
+  NmGemmOperand got;
+  nm_gemm_pack_masked_into(av, mask, p, got);
+  ASSERT_EQ(got.rows, want.rows);
+  ASSERT_EQ(got.depth, want.depth);
+  ASSERT_EQ(got.packed.size(), want.packed.size());
+  ASSERT_EQ(std::memcmp(got.packed.data(), want.packed.data(), want.packed.size() * 4), 0);
+  ASSERT_EQ(got.shared.size(), want.shared.size());
+  ASSERT_EQ(std::memcmp(got.shared.data(), want.shared.data(), want.shared.size()), 0);
+}
+
 TEST(NmGemmPackMasked, EqualsPackOfTheCompressedMatrix) {
   for (NmPattern p : {NmPattern{1, 2}, NmPattern{2, 4}, NmPattern{1, 4}, NmPattern{4, 8},
                       NmPattern{3, 7}, NmPattern{16, 32}, NmPattern{8, 64}}) {
     for (int64_t rows : {1, 5, 6, 7, 13}) {
-      for (int64_t groups : {1, 3, 40}) {
-        SCOPED_TRACE(::testing::Message()
-                     << p.to_string() << " " << rows << " rows, " << groups << " groups");
-        const int64_t k = groups * p.m;
-        std::vector<float> a(static_cast<size_t>(rows * (k + 5)));
-        for (size_t i = 0; i < a.size(); ++i)
-          a[i] = static_cast<float>((i * 2654435761u) % 1000) - 500.0f;
-        const ConstMatrixViewF av(a.data(), rows, k, k + 5);
-        BitMask mask(rows, k);
-        for (int64_t r = 0; r < rows; ++r) {
-          for (int64_t g = 0; g < groups; ++g) {
-            const int keep = static_cast<int>((r + g) % (p.n + 1));  // 0..n kept
-            for (int j = 0; j < keep; ++j) mask.set(r, g * p.m + (j * 3 + r) % p.m);
-          }
-        }
-        // (j * 3 + r) % m may repeat: the set then keeps fewer, which is still valid.
-        const NmGemmOperand want = nm_gemm_pack(nm_compress_masked(av, mask, p));
-        NmGemmOperand got;
-        nm_gemm_pack_masked_into(av, mask, p, got);
-        ASSERT_EQ(got.rows, want.rows);
-        ASSERT_EQ(got.depth, want.depth);
-        ASSERT_EQ(got.packed.size(), want.packed.size());
-        ASSERT_EQ(std::memcmp(got.packed.data(), want.packed.data(), want.packed.size() * 4), 0);
-        ASSERT_EQ(got.shared.size(), want.shared.size());
-        ASSERT_EQ(std::memcmp(got.shared.data(), want.shared.data(), want.shared.size()), 0);
-      }
+      for (int64_t groups : {1, 3, 40}) expect_pack_masked_equals_pack(p, rows, groups);
     }
   }
+}
+
+// Operands of 8 MB and more are built run by run in a buffer and streamed out: a padded last tile
+// and a partial last depth block on that path too.
+TEST(NmGemmPackMasked, LargeOperandEqualsPackOfTheCompressedMatrix) {
+  expect_pack_masked_equals_pack({2, 4}, 1031, 520);
+  expect_pack_masked_equals_pack({3, 7}, 601, 700);
 }
 
 TEST(NmGemmPackMasked, Errors) {
