@@ -3,6 +3,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -75,6 +76,51 @@ inline void micro_tile(const float* entries, int64_t slots, const float* panel, 
   }
 }
 
+// Half a tile, 128 tokens wide: rows row0 .. row0 + 2 of a 6-row tile over the token panels pa and
+// pb (64 tokens each: ya / yb their output blocks), slots [s0, s1). Per slot and row one broadcast,
+// one offset load and 8 fused multiply-adds with memory operands: 10 loads per 8 FMAs against 6
+// per 4 in micro_tile. Zen 4 aside, this Xeon issues two 64-byte loads a cycle and a zmm FMA with
+// a load operand sustains ~4.8 G/s (7.5 G/s register-only), so the load count is the bound:
+// 4.8 · 8 / 10 = 3.9 G FMAs/s here against 4.8 · 4 / 6 = 3.2 G/s. Each element keeps micro_tile's
+// fused multiply-add chain, slot by slot.
+template <bool kFirst>
+inline void micro_tile_wide(const float* entries, int64_t s0, int64_t s1, int row0, const float* pa,
+                            const float* pb, float* ya, float* yb) {
+  __m512 acc[3][8];
+  for (int l = 0; l < 3; ++l) {
+    for (int c = 0; c < 4; ++c) {
+      const int64_t at = (row0 + l) * kNmGemmPanel + 16 * c;
+      acc[l][c] = kFirst ? _mm512_setzero_ps() : _mm512_load_ps(ya + at);
+      acc[l][4 + c] = kFirst ? _mm512_setzero_ps() : _mm512_load_ps(yb + at);
+    }
+  }
+  for (int64_t s = s0; s < s1; ++s) {
+    const float* e = entries + s * 2 * kNmGemmTileRows + 2 * row0;
+    for (int l = 0; l < 3; ++l) {
+      const __m512 w = _mm512_set1_ps(e[2 * l]);
+      int32_t offset;
+      std::memcpy(&offset, e + 2 * l + 1, sizeof(offset));
+      const float* p = pa + offset;
+      const float* q = pb + offset;
+      // Materialised addresses keep the FMAs' memory operands base + displacement (a base +
+      // index operand is un-laminated into two uops on Intel cores).
+      __asm__("" : "+r"(p), "+r"(q));
+      for (int c = 0; c < 4; ++c)
+        acc[l][c] = _mm512_fmadd_ps(w, _mm512_load_ps(p + 16 * c), acc[l][c]);
+      for (int c = 0; c < 4; ++c) {
+        acc[l][4 + c] = _mm512_fmadd_ps(w, _mm512_load_ps(q + 16 * c), acc[l][4 + c]);
+      }
+    }
+  }
+  for (int l = 0; l < 3; ++l) {
+    for (int c = 0; c < 4; ++c) {
+      const int64_t at = (row0 + l) * kNmGemmPanel + 16 * c;
+      _mm512_store_ps(ya + at, acc[l][c]);
+      _mm512_store_ps(yb + at, acc[l][4 + c]);
+    }
+  }
+}
+
 // yb[r - r_begin][t] -> y[t0 + t][r] for t < width, r in [r_begin, r_end): 16 x 16 blocks
 // (r_begin a multiple of 48), written around the cache when a block row is a whole aligned line
 // (Y is T x R floats, larger than the caches for training shapes; plain stores read every line
@@ -140,35 +186,71 @@ void nm_gemm_avx512_block(const NmGemmArgs& a, int64_t tile0, int64_t tile1, int
       pack_panel(a, t0 + q * kNmGemmPanel, width < kNmGemmPanel ? width : kNmGemmPanel,
                  b * lay.depth_block, lay.block_width(b), own + q * panel_stride);
     }
-    for (int64_t q = 0; q < panels; ++q) {
+    // Slots [0, split) cover about the first half of the block's columns: a pair of panels is
+    // walked in two halves, so each half's rows of both panels (2 x 16 KB at 2:4) stay in L1
+    // while the chunk's tiles go past them.
+    const int64_t split = slots / a.n / 2 * a.n;
+    for (int64_t q = 0; q < panels;) {
+      const bool pair = q + 1 < panels;
+      const int64_t step = pair ? 2 : 1;
       const float* panel = xt + q * panel_stride + b * block_stride;
-      float* yb = scratch + q * yb_floats;
-      // The next shared panel (this block's next token panel, else the next block's first) is
-      // prefetched into L2 a few lines per tile: the first tiles over it would otherwise wait on
-      // memory (+2-5 % at T 8192, 768 -> 3072; within noise at 512, 4096 -> 4096). Panels packed
-      // here are in L2 already.
-      const bool next_q = q + 1 < panels;
-      const char* next = reinterpret_cast<const char*>(next_q ? panel + panel_stride
+      float* yq = scratch + q * yb_floats;
+      // The next shared panels (this block's next token panels, else the next block's first) are
+      // prefetched into L2 a few lines per tile: the first tiles over them would otherwise wait
+      // on memory (+2-5 % at T 8192, 768 -> 3072; within noise at 512, 4096 -> 4096). Panels
+      // packed here are in L2 already.
+      const bool next_q = q + step < panels;
+      const char* next = reinterpret_cast<const char*>(next_q ? panel + step * panel_stride
                                                               : xt + (b + 1) * block_stride);
+      const int64_t next_panels = next_q ? std::min<int64_t>(2, panels - q - step) : 1;
       const int64_t next_lines = !own && (next_q || b + 1 < lay.depth_blocks)
                                      ? lay.block_width(next_q ? b : b + 1) * 4
                                      : 0;
-      const int64_t lines_per_tile = (next_lines + (tile1 - tile0) - 1) / (tile1 - tile0);
+      const int64_t passes = pair ? 2 : 1;
+      const int64_t lines_per_tile =
+          (next_lines * next_panels + passes * (tile1 - tile0) - 1) / (passes * (tile1 - tile0));
       int64_t line = 0;
-      for (int64_t tile = tile0; tile < tile1; ++tile) {
-        for (int64_t i = 0; i < lines_per_tile && line < next_lines; ++i, ++line) {
-          _mm_prefetch(next + line * 64, _MM_HINT_T1);
+      auto prefetch_next = [&] {
+        for (int64_t i = 0; i < lines_per_tile && line < next_lines * next_panels; ++i, ++line) {
+          const int64_t pl = line / next_lines;  // which of the next panels
+          _mm_prefetch(next + pl * panel_stride * 4 + (line % next_lines) * 64, _MM_HINT_T1);
         }
-        const float* entries = block_entries + (tile - tile0) * tile_floats;
-        float* out = yb + (tile - tile0) * kNmGemmTileRows * kNmGemmPanel;
-        if (b == 0) {
-          shared[tile] ? micro_tile<true, true>(entries, slots, panel, out)
-                       : micro_tile<true, false>(entries, slots, panel, out);
-        } else {
-          shared[tile] ? micro_tile<false, true>(entries, slots, panel, out)
-                       : micro_tile<false, false>(entries, slots, panel, out);
+      };
+      for (int64_t h = 0; h < passes; ++h) {
+        for (int64_t tile = tile0; tile < tile1; ++tile) {
+          prefetch_next();
+          const float* entries = block_entries + (tile - tile0) * tile_floats;
+          const int64_t row_at = (tile - tile0) * kNmGemmTileRows * kNmGemmPanel;
+          if (!pair || shared[tile]) {
+            if (h == 1) continue;  // a whole panel per call
+            for (int64_t k = 0; k < step; ++k) {
+              float* out = yq + k * yb_floats + row_at;
+              const float* pk = panel + k * panel_stride;
+              if (b == 0) {
+                shared[tile] ? micro_tile<true, true>(entries, slots, pk, out)
+                             : micro_tile<true, false>(entries, slots, pk, out);
+              } else {
+                shared[tile] ? micro_tile<false, true>(entries, slots, pk, out)
+                             : micro_tile<false, false>(entries, slots, pk, out);
+              }
+            }
+            continue;
+          }
+          const int64_t s0 = h == 0 ? 0 : split;
+          const int64_t s1 = h == 0 ? split : slots;
+          float* ya = yq + row_at;
+          float* yb = yq + yb_floats + row_at;
+          const float* pb = panel + panel_stride;
+          for (int row0 = 0; row0 < kNmGemmTileRows; row0 += 3) {
+            if (b == 0 && h == 0) {
+              micro_tile_wide<true>(entries, s0, s1, row0, panel, pb, ya, yb);
+            } else {
+              micro_tile_wide<false>(entries, s0, s1, row0, panel, pb, ya, yb);
+            }
+          }
         }
       }
+      q += step;
     }
   }
   const int64_t r_begin = tile0 * kNmGemmTileRows;
