@@ -32,6 +32,8 @@
 
 namespace nms {
 
+using SharedBitsConst = std::shared_ptr<const BitMask>;
+
 // Buffers reused from step to step (one per layer): after the first step a kernel-path step
 // allocates only its output tensors.
 struct SparseLinearWorkspace {
@@ -39,6 +41,14 @@ struct SparseLinearWorkspace {
   BitMask mask_t;            // (P M_b)ᵀ
   int64_t mask_t_step = -2;  // transposable: mask_step and mask_bwd version mask_t was made from
   int64_t mask_t_version = -1;
+  // Transposable weights hold their masks between refreshes: the step's snapshot of the mask
+  // buffer (never written after it is made, so a pending backward can share it) and its bits are
+  // made once per held mask, keyed by the buffer's mask_step, version counter and storage.
+  torch::Tensor mask_snapshot;
+  SharedBitsConst mask_bits;
+  int64_t snapshot_step = -2;
+  int64_t snapshot_version = -1;
+  const void* snapshot_storage = nullptr;
   NmGemmOperand forward_operand;   // M_f ⊙ W
   NmGemmOperand backward_operand;  // (P (M_b ⊙ W))ᵀ
   CompressedNm pruned_dy;          // prune(dY), kCols
@@ -185,6 +195,7 @@ void update_masks(SparseLinearImpl& layer, bool training, StepState& state) {
   const NmPattern pattern = config.pattern;
 
   torch::NoGradGuard no_grad;
+  const bool transposable_held = config.weights == WeightMode::kTransposable;
   const torch::Tensor w = layer.weight.detach().to(torch::kFloat).contiguous();
   const ConstMatrixViewF wv = const_view(w);
   SharedBits fwd_bits;
@@ -237,6 +248,23 @@ void update_masks(SparseLinearImpl& layer, bool training, StepState& state) {
         bits_to_tensor(*bwd_bits, layer.mask_bwd);
         break;
     }
+    if (transposable_held) {
+      // The snapshot made at the refresh (fwd_bits set) or the cached one.
+      SparseLinearWorkspace& ws = SparseLinearAccess::workspace(layer);
+      const bool cached = !fwd_bits && ws.snapshot_step == layer.mask_step.item<int64_t>() &&
+                          ws.snapshot_version == layer.mask_fwd._version() &&
+                          ws.snapshot_storage == layer.mask_fwd.data_ptr();
+      if (!cached) {
+        ws.mask_snapshot = layer.mask_fwd.clone();
+        ws.mask_bits = config.path == ExecPath::kKernels
+                           ? (fwd_bits ? fwd_bits : share(bits_from_tensor(layer.mask_fwd)))
+                           : nullptr;
+        ws.snapshot_step = layer.mask_step.item<int64_t>();
+        ws.snapshot_version = layer.mask_fwd._version();
+        ws.snapshot_storage = layer.mask_fwd.data_ptr();
+      }
+      if (config.path == ExecPath::kKernels) fwd_bits = bwd_bits = ws.mask_bits;
+    }
     if (config.path == ExecPath::kKernels) {
       if (!fwd_bits) fwd_bits = share(bits_from_tensor(layer.mask_fwd));
       const bool sparse_backward =
@@ -249,8 +277,13 @@ void update_masks(SparseLinearImpl& layer, bool training, StepState& state) {
     }
   }
   state.mask_step = layer.mask_step.item<int64_t>();
-  state.mask_fwd = layer.mask_fwd.clone();
-  state.mask_bwd = layer.mask_bwd.clone();
+  if (transposable_held) {
+    // M_b = M_f for transposable masks (the refresh writes both).
+    state.mask_fwd = state.mask_bwd = SparseLinearAccess::workspace(layer).mask_snapshot;
+  } else {
+    state.mask_fwd = layer.mask_fwd.clone();
+    state.mask_bwd = layer.mask_bwd.clone();
+  }
   state.fwd_bits = std::move(fwd_bits);
   state.bwd_bits = std::move(bwd_bits);
   if (config.weights == WeightMode::kBiMask) {

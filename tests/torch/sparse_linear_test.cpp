@@ -309,6 +309,49 @@ TEST(SparseLinear, TransposableRefreshScheduleSurvivesAStateCopy) {
   EXPECT_TRUE(torch::equal(a.dx, b.dx));
 }
 
+// Transposable layers keep one snapshot of the held mask (and its bits) from refresh to refresh:
+// an in-place edit of the buffer must still reach the next step, on both paths, and a forward's
+// pending backward must keep its own mask when a refresh comes in between.
+TEST(SparseLinear, HeldTransposableMaskFollowsEditsOfTheBuffer) {
+  for (ExecPath path : {ExecPath::kReference, ExecPath::kKernels}) {
+    SCOPED_TRACE(path == ExecPath::kKernels ? "kernels" : "reference");
+    torch::manual_seed(8);
+    SparseLinearConfig config =
+        make_config(WeightMode::kTransposable, GradMode::kDense, {2, 4}, path);
+    config.refresh_every = 2;
+    SparseLinear layer(16, 8);
+    layer->configure(config);
+    const torch::Tensor x = torch::randn({12, 16});
+    const torch::Tensor r = torch::randn({12, 8});
+    step(layer, x, r);  // step 0: solved
+    {
+      torch::NoGradGuard no_grad;
+      layer->mask_fwd.zero_();  // keeps nothing: still a valid N:M mask
+      layer->mask_bwd.zero_();
+    }
+    const Grads edited = step(layer, x, r);  // step 1: held, edited
+    EXPECT_TRUE(torch::equal(edited.y, layer->bias.detach().expand({12, 8})));
+    EXPECT_TRUE(torch::equal(edited.dx, torch::zeros_like(edited.dx)));
+
+    // Step 2 refreshes; a forward of step 2 whose backward runs after step 3's forward.
+    torch::Tensor xa = x.clone().requires_grad_(true);
+    layer->weight.mutable_grad() = torch::Tensor();
+    torch::Tensor ya = layer->forward(xa);
+    const torch::Tensor mask2 = layer->mask_fwd.clone();
+    {
+      torch::NoGradGuard no_grad;
+      layer->mask_fwd.zero_();
+      layer->mask_bwd.zero_();
+    }
+    torch::Tensor yb = layer->forward(x);  // step 3: held, edited again
+    EXPECT_TRUE(torch::equal(yb.detach(), layer->bias.detach().expand({12, 8})));
+    (ya * r).sum().backward();
+    const torch::Tensor w = layer->weight.detach();
+    const torch::Tensor want = r.mm(w * mask2.to(torch::kFloat));
+    EXPECT_TRUE(torch::allclose(xa.grad(), want, 1e-5, 1e-5));
+  }
+}
+
 // MVUE through the layer: over K steps (a fresh draw each) the mean weight gradient is the dense
 // one. Each element's mean must lie within 5 standard errors (sample SD / sqrt(K)) of the dense
 // value; for 64 elements a false alarm has probability < 64 · 5.8e-7 under normality (K = 400 draws
