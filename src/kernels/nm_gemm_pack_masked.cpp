@@ -13,6 +13,10 @@
 #include "core/bits.h"
 #include "core/parallel.h"
 #include "kernels/nm_gemm_layout.h"
+#include "nmsparse/core/isa.h"
+#ifdef NMS_HAVE_AVX512_KERNELS
+#include "kernels/nm_gemm_pack24_avx512.h"
+#endif
 #include "nmsparse/core/error.h"
 #include "nmsparse/kernels/nm_gemm.h"
 
@@ -74,17 +78,37 @@ constexpr int64_t kMaxRunFloats = kNmGemmMaxDepthBlock * kNmGemmTileRows * 2;
 
 template <int kN, int kM>
 void pack_tiles(ConstMatrixViewF a, const BitMask& mask, int n, int m,
-                const detail::NmGemmLayout& lay, float* packed, bool stream,
+                const detail::NmGemmLayout& lay, float* packed, bool stream, bool simd,
                 std::atomic<bool>& failed, int64_t tile) {
   const int nn = kN > 0 ? kN : n;
   const int mm = kM > 0 ? kM : m;
   const uint64_t group_mask = mm == 64 ? ~uint64_t{0} : (uint64_t{1} << mm) - 1;
   alignas(64) float run[kMaxRunFloats];
+#ifdef NMS_HAVE_AVX512_KERNELS
+  const float* rows[kNmGemmTileRows];
+  const uint64_t* mask_rows[kNmGemmTileRows];
+  if (kN == 2 && kM == 4 && simd) {
+    for (int64_t l = 0; l < kNmGemmTileRows; ++l) {
+      const int64_t r = tile * kNmGemmTileRows + l;
+      rows[l] = r < a.rows() ? a.row(r) : nullptr;
+      mask_rows[l] = r < a.rows() ? mask.row_words(r) : nullptr;
+    }
+  }
+#else
+  (void)simd;
+#endif
   for (int64_t b = 0; b < lay.depth_blocks; ++b) {
     float* const dst = packed + lay.entry(tile, lay.block_first_slot(b), 0);
     float* e = stream ? run : dst;
     const int64_t col0 = b * lay.depth_block;
     const int64_t groups = lay.block_width(b) / mm;
+#ifdef NMS_HAVE_AVX512_KERNELS
+    if (kN == 2 && kM == 4 && simd &&
+        detail::nm_gemm_pack_run24_avx512(rows, mask_rows, col0, lay.block_width(b), e)) {
+      if (stream) stream_copy(dst, run, groups * nn * kNmGemmTileRows * 2);
+      continue;
+    }
+#endif
     for (int64_t gi = 0; gi < groups; ++gi, e += nn * kNmGemmTileRows * 2) {
       const int64_t c0 = col0 + gi * mm;
       for (int64_t l = 0; l < kNmGemmTileRows; ++l) {
@@ -133,7 +157,7 @@ void nm_gemm_pack_masked_into(ConstMatrixViewF a, const BitMask& mask, NmPattern
   // 2048 x 2048, one thread: 6.7 ms with runtime n and m, 3.6 ms compile-time, 2.8 ms with the
   // table popcount.
   using Packer = void (*)(ConstMatrixViewF, const BitMask&, int, int, const detail::NmGemmLayout&,
-                          float*, bool, std::atomic<bool>&, int64_t);
+                          float*, bool, bool, std::atomic<bool>&, int64_t);
   Packer packer = pack_tiles<0, 0>;
   if (pattern == NmPattern{2, 4}) packer = pack_tiles<2, 4>;
   if (pattern == NmPattern{1, 4}) packer = pack_tiles<1, 4>;
@@ -142,9 +166,10 @@ void nm_gemm_pack_masked_into(ConstMatrixViewF a, const BitMask& mask, NmPattern
   // Runs are 16-byte aligned (each is a whole number of 48-byte (slot, tile) pairs from the
   // 64-byte aligned buffer), as _mm_stream_ps needs.
   const bool stream = lay.total_floats() >= kStreamFloats;
+  const bool simd = isa_active() == Isa::kAvx512;  // 2:4 runs: nm_gemm_pack24_avx512.cpp
   std::atomic<bool> failed{false};
   detail::parallel_for(lay.tiles, [&](int64_t tile) {
-    packer(a, mask, n, m, lay, dst.packed.data(), stream, failed, tile);
+    packer(a, mask, n, m, lay, dst.packed.data(), stream, simd, failed, tile);
   });
   if (failed.load()) {
     // Report the first over-full group in row-major order, whatever thread found one.

@@ -349,6 +349,43 @@ TEST(NmGemmPackMasked, LargeOperandEqualsPackOfTheCompressedMatrix) {
   expect_pack_masked_equals_pack({3, 7}, 601, 700);
 }
 
+// 2:4 runs in which every group keeps exactly 2 take the AVX-512 packer (vcompressps + scatter);
+// a run with one group keeping fewer falls back to the scalar code. Both must give the entries of
+// the compressed route, at every ISA level, on tile and depth-block edges.
+TEST(NmGemmPackMasked, ExactTwoOfFourRunsAtEveryLevel) {
+  uint64_t seed = 500;
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    if (isa > isa_supported()) continue;
+    ScopedIsa scoped(isa);
+    for (int64_t rows : {1, 5, 6, 7, 13, 601}) {
+      for (int64_t k : {4, 12, 16, 20, 124, 128, 132, 260, 4100}) {
+        for (bool fewer : {false, true}) {
+          SCOPED_TRACE(::testing::Message() << isa_name(isa) << " " << rows << " x " << k
+                                            << (fewer ? " one group keeps 1" : ""));
+          const Matrix a = testing::random_matrix(rows, k, seed++);
+          BitMask mask = mask_nm_magnitude(a.view(), {2, 4});
+          if (fewer) {  // the last row's middle group keeps only its first kept column
+            const int64_t r = rows - 1;
+            const int64_t c0 = (k / 4 / 2) * 4;
+            bool seen = false;
+            for (int64_t c = c0; c < c0 + 4; ++c) {
+              if (mask.get(r, c) && seen) mask.set(r, c, false);
+              if (mask.get(r, c)) seen = true;
+            }
+          }
+          const NmGemmOperand want = nm_gemm_pack(nm_compress_masked(a.view(), mask, {2, 4}));
+          NmGemmOperand got;
+          nm_gemm_pack_masked_into(a.view(), mask, {2, 4}, got);
+          ASSERT_EQ(got.packed.size(), want.packed.size());
+          ASSERT_EQ(std::memcmp(got.packed.data(), want.packed.data(), want.packed.size() * 4), 0);
+          ASSERT_EQ(got.shared.size(), want.shared.size());
+          ASSERT_EQ(std::memcmp(got.shared.data(), want.shared.data(), want.shared.size()), 0);
+        }
+      }
+    }
+  }
+}
+
 TEST(NmGemmPackMasked, Errors) {
   std::vector<float> a(16, 1.0f);
   BitMask mask(2, 8);

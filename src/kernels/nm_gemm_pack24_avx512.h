@@ -1,0 +1,21 @@
+// PRIVATE header: the AVX-512 2:4 run packer of nm_gemm_pack_masked_into
+// (nm_gemm_pack24_avx512.cpp, the only unit built with its flags; called after the isa_active()
+// check). Plain types only.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/nm_gemm_layout.h"
+
+namespace nms::detail {
+
+// Writes the entries of one (depth block, tile) run of a 2:4 operand to `run` (the layout's
+// entry(tile, first slot of the block, 0) onwards): rows[l] is row l of the tile (nullptr for a
+// padding row), mask_rows[l] its mask words, columns [col0, col0 + width) the block (col0 a
+// multiple of 64, width a multiple of 4). Returns false, with `run` partly written, when some
+// group of the run does not keep exactly 2: the caller then packs the run with the scalar code.
+bool nm_gemm_pack_run24_avx512(const float* const rows[kNmGemmTileRows],
+                               const uint64_t* const mask_rows[kNmGemmTileRows], int64_t col0,
+                               int64_t width, float* run);
+
+}  // namespace nms::detail
