@@ -83,6 +83,70 @@ int64_t worker_floats(const detail::NmGemmBlocking& k, const detail::NmGemmLayou
 
 }  // namespace
 
+#if defined(NMS_HAVE_AVX512_KERNELS)
+namespace detail {
+
+void nm_gemm_simd(const NmGemmArgs& args, int64_t tokens, bool avx512) {
+  NMS_ASSERT(avx512 || !args.transposed);
+  const NmGemmLayout lay(args.rows, args.depth, args.n, args.m);
+  const NmGemmBlocking k = choose_blocking(lay, tokens, max_threads());
+  const int64_t scratch_floats = worker_floats(k, lay);
+  // A work item: rows [chunk_begin(chunk), chunk_begin(chunk + 1)) of tiles x panels
+  // [p0, p0 + group_panels) of the slab starting at token s0 (capped at `end`). Each owns its
+  // block of Y, so results do not depend on the thread count. Scratch (the group's output
+  // blocks) is per thread and reused.
+  const auto item = [&](int64_t chunk, int64_t p0, int64_t s0, int64_t end, const float* xt) {
+    thread_local AlignedBuffer<float> scratch;
+    if (scratch.size() < scratch_floats) scratch.resize_for_overwrite(scratch_floats);
+    const int64_t t0 = s0 + p0 * kNmGemmPanel;
+    const int64_t count = std::min(k.group_panels * kNmGemmPanel, end - t0);
+    const int64_t tile0 = k.chunk_begin(chunk);
+    const int64_t tile1 = k.chunk_begin(chunk + 1);
+    if (avx512) {
+      nm_gemm_avx512_block(args, tile0, tile1, t0, count, xt, scratch.data());
+    } else {
+      nm_gemm_avx2_block(args, tile0, tile1, t0, count, xt, scratch.data());
+    }
+  };
+  if (k.own_pack) {  // one row chunk: each item packs its panels, a depth block at a time
+    const int64_t groups =
+        (tokens + k.group_panels * kNmGemmPanel - 1) / (k.group_panels * kNmGemmPanel);
+    parallel_for(k.chunks * groups, [&](int64_t i) {
+      item(i % k.chunks, i / k.chunks * k.group_panels, 0, tokens, nullptr);
+    });
+    return;
+  }
+  // Several row chunks share each packed panel: Xᵀ is packed first, a slab of panels at a time,
+  // into the calling thread's workspace (reused by later calls).
+  const int64_t panel_floats = lay.panel_floats();
+  thread_local AlignedBuffer<float> xt;
+  if (xt.size() < k.slab_panels * panel_floats) {
+    xt.resize_for_overwrite(k.slab_panels * panel_floats);
+  }
+  float* const xt_data = xt.data();
+  for (int64_t s0 = 0; s0 < tokens; s0 += k.slab_panels * kNmGemmPanel) {
+    const int64_t slab_end = std::min(s0 + k.slab_panels * kNmGemmPanel, tokens);
+    const int64_t slab_panels = (slab_end - s0 + kNmGemmPanel - 1) / kNmGemmPanel;
+    parallel_for(slab_panels, [&](int64_t p) {
+      const int64_t t0 = s0 + p * kNmGemmPanel;
+      const int64_t width = std::min(kNmGemmPanel, tokens - t0);
+      if (avx512) {
+        nm_gemm_avx512_pack_x(args, t0, width, xt_data + p * panel_floats);
+      } else {
+        nm_gemm_avx2_pack_x(args, t0, width, xt_data + p * panel_floats);
+      }
+    });
+    const int64_t groups = (slab_panels + k.group_panels - 1) / k.group_panels;
+    parallel_for(k.chunks * groups, [&](int64_t i) {
+      const int64_t p0 = i / k.chunks * k.group_panels;
+      item(i % k.chunks, p0, s0, slab_end, xt_data + p0 * panel_floats);
+    });
+  }
+}
+
+}  // namespace detail
+#endif
+
 int64_t nm_gemm_scratch_bytes(const NmGemmOperand& a) {
 #if defined(NMS_HAVE_AVX512_KERNELS)
   if (isa_active() >= Isa::kAvx2 && a.depth > 0 && a.rows > 0) {
@@ -111,61 +175,18 @@ void nm_gemm(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y) {
 #if defined(NMS_HAVE_AVX512_KERNELS)
   const Isa isa = isa_active();
   if (isa >= Isa::kAvx2 && a.depth > 0) {
-    const detail::NmGemmArgs args{x.data(), x.ld(),      a.packed.data(), a.shared.data(), a.rows,
-                                  a.depth,  a.pattern.n, a.pattern.m,     y.data(),        y.ld()};
-    const detail::NmGemmBlocking k = choose_blocking(lay, tokens, max_threads());
-    const int64_t scratch_floats = worker_floats(k, lay);
-    // A work item: rows [chunk_begin(chunk), chunk_begin(chunk + 1)) of tiles x panels
-    // [p0, p0 + group_panels) of the slab starting at token s0 (capped at `end`). Each owns its
-    // block of Y, so results do not depend on the thread count. Scratch (the group's output
-    // blocks) is per thread and reused.
-    const auto item = [&](int64_t chunk, int64_t p0, int64_t s0, int64_t end, const float* xt) {
-      thread_local AlignedBuffer<float> scratch;
-      if (scratch.size() < scratch_floats) scratch.resize_for_overwrite(scratch_floats);
-      const int64_t t0 = s0 + p0 * kNmGemmPanel;
-      const int64_t count = std::min(k.group_panels * kNmGemmPanel, end - t0);
-      const int64_t tile0 = k.chunk_begin(chunk);
-      const int64_t tile1 = k.chunk_begin(chunk + 1);
-      if (isa == Isa::kAvx512) {
-        detail::nm_gemm_avx512_block(args, tile0, tile1, t0, count, xt, scratch.data());
-      } else {
-        detail::nm_gemm_avx2_block(args, tile0, tile1, t0, count, xt, scratch.data());
-      }
-    };
-    if (k.own_pack) {  // one row chunk: each item packs its panels, a depth block at a time
-      const int64_t groups =
-          (tokens + k.group_panels * kNmGemmPanel - 1) / (k.group_panels * kNmGemmPanel);
-      detail::parallel_for(k.chunks * groups, [&](int64_t i) {
-        item(i % k.chunks, i / k.chunks * k.group_panels, 0, tokens, nullptr);
-      });
-      return;
-    }
-    // Several row chunks share each packed panel: Xᵀ is packed first, a slab of panels at a time,
-    // into the calling thread's workspace (reused by later calls).
-    const int64_t panel_floats = lay.panel_floats();
-    thread_local AlignedBuffer<float> xt;
-    if (xt.size() < k.slab_panels * panel_floats) {
-      xt.resize_for_overwrite(k.slab_panels * panel_floats);
-    }
-    float* const xt_data = xt.data();
-    for (int64_t s0 = 0; s0 < tokens; s0 += k.slab_panels * kNmGemmPanel) {
-      const int64_t slab_end = std::min(s0 + k.slab_panels * kNmGemmPanel, tokens);
-      const int64_t slab_panels = (slab_end - s0 + kNmGemmPanel - 1) / kNmGemmPanel;
-      detail::parallel_for(slab_panels, [&](int64_t p) {
-        const int64_t t0 = s0 + p * kNmGemmPanel;
-        const int64_t width = std::min(kNmGemmPanel, tokens - t0);
-        if (isa == Isa::kAvx512) {
-          detail::nm_gemm_avx512_pack_x(args, t0, width, xt_data + p * panel_floats);
-        } else {
-          detail::nm_gemm_avx2_pack_x(args, t0, width, xt_data + p * panel_floats);
-        }
-      });
-      const int64_t groups = (slab_panels + k.group_panels - 1) / k.group_panels;
-      detail::parallel_for(k.chunks * groups, [&](int64_t i) {
-        const int64_t p0 = i / k.chunks * k.group_panels;
-        item(i % k.chunks, p0, s0, slab_end, xt_data + p0 * panel_floats);
-      });
-    }
+    detail::NmGemmArgs args;
+    args.x = x.data();
+    args.ldx = x.ld();
+    args.packed = a.packed.data();
+    args.shared = a.shared.data();
+    args.rows = a.rows;
+    args.depth = a.depth;
+    args.n = a.pattern.n;
+    args.m = a.pattern.m;
+    args.y = y.data();
+    args.ldy = y.ld();
+    detail::nm_gemm_simd(args, tokens, isa == Isa::kAvx512);
     return;
   }
 #endif

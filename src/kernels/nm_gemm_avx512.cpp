@@ -16,10 +16,24 @@ namespace {
 inline __mmask16 first_lanes(int64_t count) {
   return static_cast<__mmask16>(count >= 16 ? 0xFFFFu : (1u << count) - 1u);
 }
+// The same for any count (none for count <= 0).
+inline __mmask16 lanes_upto(int64_t count) {
+  return count <= 0 ? static_cast<__mmask16>(0) : first_lanes(count);
+}
 
 // panel[k][t] = x[t0 + t][k0 + k] for k < width_k, t < 64 (zero for t >= width_t).
 void pack_panel(const NmGemmArgs& a, int64_t t0, int64_t width_t, int64_t k0, int64_t width_k,
                 float* panel) {
+  if (a.transposed) {  // x is [depth, tokens]: a panel row is a piece of an x row
+    for (int64_t k = 0; k < width_k; ++k) {
+      const float* src = a.x + (k0 + k) * a.ldx + t0;
+      for (int c = 0; c < 4; ++c) {
+        const __m512 v = _mm512_maskz_loadu_ps(lanes_upto(width_t - 16 * c), src + 16 * c);
+        _mm512_store_ps(panel + k * kNmGemmPanel + 16 * c, v);
+      }
+    }
+    return;
+  }
   for (int64_t kb = 0; kb < width_k; kb += 16) {
     const __mmask16 km = first_lanes(width_k - kb);
     for (int64_t tb = 0; tb < kNmGemmPanel; tb += 16) {
@@ -127,6 +141,21 @@ inline void micro_tile_wide(const float* entries, int64_t s0, int64_t s1, int ro
 // first: 9 % of the GEMM at T 8192, 768 -> 3072).
 void store_transposed(const NmGemmArgs& a, int64_t r_begin, int64_t r_end, int64_t t0,
                       int64_t width, const float* yb) {
+  if (a.transposed) {  // y is [rows, tokens]: a row of the block is a piece of a y row
+    for (int64_t r = r_begin; r < r_end; ++r) {
+      const float* src = yb + (r - r_begin) * kNmGemmPanel;
+      float* dst = a.y + r * a.ldy + t0;
+      const bool whole = width == kNmGemmPanel && (reinterpret_cast<uintptr_t>(dst) & 63) == 0;
+      for (int64_t c = 0; c < width; c += 16) {
+        if (whole) {
+          _mm512_stream_ps(dst + c, _mm512_load_ps(src + c));
+        } else {
+          _mm512_mask_storeu_ps(dst + c, first_lanes(width - c), _mm512_load_ps(src + c));
+        }
+      }
+    }
+    return;
+  }
   for (int64_t r0 = r_begin; r0 < r_end; r0 += 16) {
     const __mmask16 rm = first_lanes(r_end - r0);
     const float* src = yb + (r0 - r_begin) * kNmGemmPanel;
@@ -175,6 +204,30 @@ void nm_gemm_avx512_block(const NmGemmArgs& a, int64_t tile0, int64_t tile1, int
       }
     }
   }
+  // With a start term the chains of block 0 start from it instead of from 0: the output blocks
+  // are filled with it first and every block accumulates onto them.
+  if (a.start_w != nullptr) {
+    const int64_t r_end = tile1 * kNmGemmTileRows < a.rows ? tile1 * kNmGemmTileRows : a.rows;
+    const __m512 lambda = _mm512_set1_ps(a.start_lambda);
+    // Row by row (each a contiguous piece of W and of the mask for all the group's panels).
+    for (int64_t r = tile0 * kNmGemmTileRows; r < tile1 * kNmGemmTileRows; ++r) {
+      for (int64_t q = 0; q < panels; ++q) {
+        const int64_t tq = t0 + q * kNmGemmPanel;
+        const int64_t width = tokens - q * kNmGemmPanel;
+        float* out = scratch + q * yb_floats + (r - tile0 * kNmGemmTileRows) * kNmGemmPanel;
+        for (int c = 0; c < 4; ++c) {
+          // Rows past A and tokens past the call start from 0 (they are never stored).
+          const __mmask16 k = r < r_end ? lanes_upto(width - 16 * c) : 0;
+          const __m512 w = _mm512_maskz_loadu_ps(k, a.start_w + r * a.start_ldw + tq + 16 * c);
+          const __m128i keep =
+              _mm_maskz_loadu_epi8(k, a.start_keep + r * a.start_ldkeep + tq + 16 * c);
+          const __mmask16 pruned = _mm_mask_cmpeq_epi8_mask(k, keep, _mm_setzero_si128());
+          _mm512_store_ps(out + 16 * c, _mm512_maskz_mul_ps(pruned, lambda, w));
+        }
+      }
+    }
+  }
+  const bool start_term = a.start_w != nullptr;
   for (int64_t b = 0; b < lay.depth_blocks; ++b) {
     const int64_t first = lay.block_first_slot(b);
     const int64_t slots = lay.block_last_slot(b) - first;
@@ -226,7 +279,7 @@ void nm_gemm_avx512_block(const NmGemmArgs& a, int64_t tile0, int64_t tile1, int
             for (int64_t k = 0; k < step; ++k) {
               float* out = yq + k * yb_floats + row_at;
               const float* pk = panel + k * panel_stride;
-              if (b == 0) {
+              if (b == 0 && !start_term) {
                 shared[tile] ? micro_tile<true, true>(entries, slots, pk, out)
                              : micro_tile<true, false>(entries, slots, pk, out);
               } else {
@@ -242,7 +295,7 @@ void nm_gemm_avx512_block(const NmGemmArgs& a, int64_t tile0, int64_t tile1, int
           float* yb = yq + yb_floats + row_at;
           const float* pb = panel + panel_stride;
           for (int row0 = 0; row0 < kNmGemmTileRows; row0 += 3) {
-            if (b == 0 && h == 0) {
+            if (b == 0 && h == 0 && !start_term) {
               micro_tile_wide<true>(entries, s0, s1, row0, panel, pb, ya, yb);
             } else {
               micro_tile_wide<false>(entries, s0, s1, row0, panel, pb, ya, yb);

@@ -1,5 +1,6 @@
 // nm_gemm_pack: compressed N:M matrix -> the packed operand of nm_gemm (nm_gemm_layout.h).
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <optional>
 
@@ -85,7 +86,9 @@ void nm_gemm_pack_into(const CompressedNm& c, NmGemmOperand& dst) {
   const int64_t row_bytes = c.index_row_bytes();
   // The 6 rows of a tile are read side by side so the entries are written in order; per row the
   // column advances by m per group and wraps into the next depth block every kc / m groups (no
-  // divisions per slot). Padding rows read as value 0, in-group index 0.
+  // divisions per slot). Padding rows read as value 0, in-group index 0. An index >= m (possible
+  // when m is not a power of two) would send nm_gemm outside its panel: it is refused.
+  std::atomic<bool> bad_index{false};
   detail::parallel_for(lay.tiles, [&](int64_t tile) {
     const float* src[kNmGemmTileRows];
     std::optional<IndexReader> idx[kNmGemmTileRows];
@@ -106,8 +109,9 @@ void nm_gemm_pack_into(const CompressedNm& c, NmGemmOperand& dst) {
             int32_t offset = 0;
             if (src[l] != nullptr) {
               value = src[l][g];
-              offset =
-                  static_cast<int32_t>((gi * m + (bits == 0 ? 0 : idx[l]->next())) * kNmGemmPanel);
+              const int in_group = bits == 0 ? 0 : static_cast<int>(idx[l]->next());
+              if (in_group >= m) bad_index.store(true, std::memory_order_relaxed);
+              offset = static_cast<int32_t>((gi * m + in_group) * kNmGemmPanel);
             }
             e[0] = value;
             std::memcpy(e + 1, &offset, sizeof(offset));
@@ -116,6 +120,16 @@ void nm_gemm_pack_into(const CompressedNm& c, NmGemmOperand& dst) {
       }
     }
   });
+  if (bad_index.load()) {  // name the first one, in row-major order
+    for (int64_t r = 0; r < r_count; ++r) {
+      IndexReader reader(c.indices.data() + r * row_bytes, row_bytes, bits);
+      for (int64_t s = 0; s < lay.slots_per_row; ++s) {
+        const int in_group = reader.next();
+        NMS_CHECK(in_group < m, "row ", r, " slot ", s, " has in-group index ",
+                  in_group, " >= m (", m, ")");
+      }
+    }
+  }
   detail::mark_shared_tiles(dst);
 }
 

@@ -58,6 +58,7 @@
 #include "nmsparse/core/matrix_view.h"
 #include "nmsparse/core/nm_pattern.h"
 #include "nmsparse/format/compressed_nm.h"
+#include "nmsparse/kernels/nm_gemm.h"
 
 namespace nms {
 
@@ -67,6 +68,7 @@ struct NmWgradWorkspace {
   AlignedBuffer<float> x_panels;
   AlignedBuffer<float> tile_values;
   AlignedBuffer<int32_t> tile_offsets;
+  NmGemmOperand dy_t;  // AVX-512: dYᵀ packed for nm_gemm's kernel
 };
 
 // True for every valid pattern: kernel A's cost does not depend on m (the AVX-512 kernel runs
@@ -84,10 +86,20 @@ struct NmWgradDecay {
   float lambda = 0.0f;
 };
 
+// Which AVX-512 kernel computes dW (the same bits either way; other ISA levels always take A):
+//   kPanels  kernel A above (panels of X, dW swept once per K-block);
+//   kGemm    nm_gemm's kernel on dWᵀ = Xᵀ · (dYᵀ)ᵀ: dYᵀ packed as its operand (O(out · T · n/m)
+//            per call), the in features of X as its tokens, each output block kept in L2 over the
+//            whole reduction and written to dW once (nm_gemm.h);
+//   kAuto    kGemm for a large dW and short T, where kernel A's sweeps of dW dominate (measured
+//            in nm_wgrad.cpp), kPanels otherwise.
+enum class NmWgradKernel { kAuto, kPanels, kGemm };
+
 // dW = dYᵀ · X (+ the decay term when `decay` is given). dy: kCols compression of dY [T, out];
 // x [T, in] (any ld >= in); dw [out, in] (any ld >= in, overwritten, must not overlap x or
 // decay->w). `ws` (optional) keeps the buffers between calls.
 void nm_wgrad(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw,
-              NmWgradWorkspace* ws = nullptr, const NmWgradDecay* decay = nullptr);
+              NmWgradWorkspace* ws = nullptr, const NmWgradDecay* decay = nullptr,
+              NmWgradKernel kernel = NmWgradKernel::kAuto);
 
 }  // namespace nms

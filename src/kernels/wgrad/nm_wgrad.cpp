@@ -7,6 +7,7 @@
 
 #include "core/parallel.h"
 #include "core/views_overlap.h"
+#include "kernels/nm_gemm_avx512.h"
 #include "kernels/wgrad/wgrad_kernels.h"
 #include "nmsparse/core/error.h"
 #include "nmsparse/core/isa.h"
@@ -75,6 +76,17 @@ void check_dy(const CompressedNm& dy) {
 #endif
 }
 
+// kAuto: nm_gemm's kernel when dW is large (at least 8 M elements: 32 MB, past the caches, which
+// kernel A re-reads once per 64-token block) and T is short (its own 128-token pair panels need
+// many in features to fill, and at long T kernel A streams less). Measured, one thread, ms (kernel
+// A / nm_gemm's; `nmsparse bench kernels --gemms weight_grad`): T x in -> out 512 x 4096 -> 4096
+// 86.5 / 72.2, 512 x 784 -> 4096 17.8 / 20.8, 2048 x 2048 -> 2048 81.4 / 80.9, 8192 x 768 -> 3072
+// 204.2 / 230.9, 8192 x 3072 -> 768 195.4 / 196.7, 6400 x 192 -> 768 14.9 / 20.5.
+bool use_gemm_kernel(NmWgradKernel kernel, int64_t tokens, int64_t in, int64_t out) {
+  if (kernel != NmWgradKernel::kAuto) return kernel == NmWgradKernel::kGemm;
+  return out * in >= (int64_t{8} << 20) && tokens <= 2048;
+}
+
 }  // namespace
 
 bool nm_wgrad_has_fast_path(NmPattern pattern) {
@@ -82,7 +94,7 @@ bool nm_wgrad_has_fast_path(NmPattern pattern) {
 }
 
 void nm_wgrad(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw, NmWgradWorkspace* ws,
-              const NmWgradDecay* decay) {
+              const NmWgradDecay* decay, NmWgradKernel kernel) {
   check_dy(dy);
   const int64_t out = dy.cols;
   const int64_t in = x.cols();
@@ -111,6 +123,44 @@ void nm_wgrad(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw, NmWgra
     }
     return;
   }
+
+  NmWgradWorkspace local;
+  NmWgradWorkspace& w = ws != nullptr ? *ws : local;
+#if defined(NMS_HAVE_AVX512_KERNELS)
+  if (isa_active() == Isa::kAvx512 && use_gemm_kernel(kernel, tokens, in, out)) {
+    // dWᵀ = Xᵀ · (dYᵀ)ᵀ is nm_gemm's product with A = dYᵀ [out, T] (N:M along T) and the in
+    // features of X as its tokens; its kernel keeps each output block in L2 across the whole
+    // reduction and walks 128-token panel pairs (nm_gemm.h). In the transposed form it reads X's
+    // rows as its panel rows and writes its output blocks as rows of dW, each element the same
+    // chain as below (slots in order, from 0 or the decay term): the same bits.
+    try {
+      nm_gemm_pack_into(dy, w.dy_t);
+    } catch (const Error& e) {  // name the argument: rows of dYᵀ are columns of dY
+      NMS_THROW("dY (as dYᵀ, a row per column of dY): ", e.what());
+    }
+    detail::NmGemmArgs args;
+    args.x = x.data();
+    args.ldx = x.ld();
+    args.packed = w.dy_t.packed.data();
+    args.shared = w.dy_t.shared.data();
+    args.rows = out;
+    args.depth = tokens;
+    args.n = dy.pattern.n;
+    args.m = dy.pattern.m;
+    args.y = dw.data();
+    args.ldy = dw.ld();
+    args.transposed = true;
+    if (decay != nullptr) {
+      args.start_w = decay->w.data();
+      args.start_ldw = decay->w.ld();
+      args.start_keep = decay->keep;
+      args.start_ldkeep = decay->keep_ld;
+      args.start_lambda = decay->lambda;
+    }
+    detail::nm_gemm_simd(args, in, /*avx512=*/true);
+    return;
+  }
+#endif
 
   const int n = dy.pattern.n;
   const int m = dy.pattern.m;
@@ -157,8 +207,6 @@ void nm_wgrad(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw, NmWgra
   const int64_t x_floats = k_block * max_chunk_panels * kWgradPanel;
   const int64_t tile_words = kChunkTiles * kWgradTileWords;
 
-  NmWgradWorkspace local;
-  NmWgradWorkspace& w = ws != nullptr ? *ws : local;
   const int64_t x_need = detail::mul_checked(items, x_floats, "nm_wgrad X panels");
   if (w.x_panels.size() < x_need) w.x_panels.resize_for_overwrite(x_need);
   if (w.tile_values.size() < items * tile_words) {

@@ -9,6 +9,7 @@
 // reference adds a negligible 2^-53 relative error on top.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <utility>
@@ -20,6 +21,7 @@
 #include "nmsparse/core/threading.h"
 #include "nmsparse/format/compressed_nm.h"
 #include "nmsparse/grad/prune.h"
+#include "nmsparse/kernels/nm_gemm.h"
 #include "nmsparse/kernels/nm_wgrad.h"
 #include "testing/expect_error.h"
 #include "testing/random.h"
@@ -62,6 +64,13 @@ void expect_same_as_first_level(Matrix& first, ConstMatrixViewF dw, Isa isa) {
       << "isa " << isa_name(isa) << " differs from the first level";
 }
 
+// Every ISA level, and at AVX-512 both kernels (nm_wgrad.h): each must give the bits of the first.
+constexpr std::array<std::pair<Isa, NmWgradKernel>, 4> kLevels{
+    {{Isa::kScalar, NmWgradKernel::kAuto},
+     {Isa::kAvx2, NmWgradKernel::kAuto},
+     {Isa::kAvx512, NmWgradKernel::kPanels},
+     {Isa::kAvx512, NmWgradKernel::kGemm}}};
+
 struct Case {
   int64_t tokens, in, out;
   NmPattern pattern;
@@ -98,13 +107,13 @@ void check_case(const Case& c, uint64_t seed, int64_t pad = 0) {
   }
 
   Matrix first;
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+  for (auto [isa, kernel] : kLevels) {
     if (isa > isa_supported()) continue;
     ScopedIsa level(isa);
     Matrix wbuf(c.out, c.in + pad);
     for (int64_t k = 0; k < wbuf.size(); ++k) wbuf.data()[k] = -7.0f;  // sentinel
     const MatrixViewF dw(wbuf.data(), c.out, c.in, c.in + pad);
-    nm_wgrad(dy, x, dw);
+    nm_wgrad(dy, x, dw, nullptr, nullptr, kernel);
     for (int64_t o = 0; o < c.out; ++o) {
       for (int64_t i = 0; i < c.in; ++i) {
         const size_t k = static_cast<size_t>(o * c.in + i);
@@ -174,21 +183,25 @@ TEST(NmWgrad, EmptyShapes) {
 
 TEST(NmWgrad, SameBitsForOneAndTwoThreads) {
   // 300 columns: 3 panels; 16 columns: 1 panel (rows split); 2000 columns: columns split.
-  for (int64_t in : {300, 16, 2000}) {
-    const Matrix d = random_dy(520, 50, {2, 4}, 3);
-    const CompressedNm dy = nm_compress(d.view(), {2, 4}, NmAxis::kCols);
-    const Matrix x = testing::random_matrix(520, in, 4);
-    Matrix w1(50, in);
-    Matrix w2(50, in);
-    {
-      ScopedNumThreads t(1);
-      nm_wgrad(dy, x.view(), w1.view());
+  // kGemm: 500 rows of dW make two row chunks of nm_gemm's blocking.
+  for (NmWgradKernel kernel : {NmWgradKernel::kPanels, NmWgradKernel::kGemm}) {
+    for (int64_t in : {300, 16, 2000}) {
+      const int64_t out = kernel == NmWgradKernel::kGemm ? 500 : 50;
+      const Matrix d = random_dy(520, out, {2, 4}, 3);
+      const CompressedNm dy = nm_compress(d.view(), {2, 4}, NmAxis::kCols);
+      const Matrix x = testing::random_matrix(520, in, 4);
+      Matrix w1(out, in);
+      Matrix w2(out, in);
+      {
+        ScopedNumThreads t(1);
+        nm_wgrad(dy, x.view(), w1.view(), nullptr, nullptr, kernel);
+      }
+      {
+        ScopedNumThreads t(2);
+        nm_wgrad(dy, x.view(), w2.view(), nullptr, nullptr, kernel);
+      }
+      EXPECT_EQ(std::memcmp(w1.data(), w2.data(), sizeof(float) * w1.size()), 0) << "in " << in;
     }
-    {
-      ScopedNumThreads t(2);
-      nm_wgrad(dy, x.view(), w2.view());
-    }
-    EXPECT_EQ(std::memcmp(w1.data(), w2.data(), sizeof(float) * w1.size()), 0) << "in " << in;
   }
 }
 
@@ -294,12 +307,12 @@ TEST(NmWgrad, FusedDecayStartsEachChainFromTheDecayTerm) {
     const double u = std::ldexp(1.0, -24);
     const double gamma = kept * u / (1.0 - kept * u);
     Matrix first;
-    for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    for (auto [isa, kernel] : kLevels) {
       if (isa > isa_supported()) continue;
       ScopedIsa level(isa);
       Matrix dbuf(c.out, c.in + 2);
       const MatrixViewF dw(dbuf.data(), c.out, c.in, c.in + 2);
-      nm_wgrad(dy, x.view(), dw, nullptr, &decay);
+      nm_wgrad(dy, x.view(), dw, nullptr, &decay, kernel);
       for (int64_t o = 0; o < c.out; ++o) {
         for (int64_t i = 0; i < c.in; ++i) {
           const bool dropped = keep[static_cast<size_t>(o * keep_ld + i)] == 0;
@@ -365,7 +378,12 @@ TEST(NmWgrad, IndexOutOfGroupIsRefused) {
   dy.indices[0] = 0x0F;  // slots 0 and 1: indices 3, 3
   Matrix x(3, 4);
   Matrix w(1, 4);
-  testing::expect_error([&] { nm_wgrad(dy, x.view(), w.view()); }, ">= m (3)");
+  for (NmWgradKernel kernel : {NmWgradKernel::kPanels, NmWgradKernel::kGemm}) {
+    testing::expect_error([&] { nm_wgrad(dy, x.view(), w.view(), nullptr, nullptr, kernel); },
+                          ">= m (3)");
+  }
+  // nm_gemm_pack refuses it too (the kGemm route packs dYᵀ with it).
+  testing::expect_error([&] { nm_gemm_pack(dy); }, "row 0 slot 0 has in-group index 3 >= m (3)");
 }
 
 }  // namespace
