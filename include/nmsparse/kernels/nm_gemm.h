@@ -41,17 +41,17 @@
 // and feeds 24 FMAs from registers (10 loads per 24 FMAs instead of 30): the same results, bit
 // for bit, from a dense micro-kernel over the shared columns.
 //
-// Measured on this machine (Sapphire-Rapids-class Xeon VM, one thread; bench/bench_nm_gemm.cpp,
-// `nmsparse bench kernels`): the micro-kernel with its panel in L1 runs 3.85 G zmm FMAs/s (one
-// vector load per FMA), against 6.0 G/s when the 6 rows share a loaded panel row: it is bound by
-// L1 loads at ~1.3 zmm loads per cycle. Dense OpenBLAS sgemm reuses every loaded vector over many
-// FMAs and reaches ~5.2 G FMAs/s (165 GFLOP/s), so per-row 2:4 in fp32 cannot exceed about
-// 2 x 3.85 / 5.2 = 1.48x here; the whole GEMM reaches 1.12-1.18x at 2:4 (T 8192 x 768 -> 3072,
-// 8192 x 3072 -> 768, 2048^3; with the cache blocking also 1.21x / 1.27x forward / backward-data
-// at 512 x 4096 -> 4096, from 0.76x / 0.79x) and 2.1x at 1:4; with a vector-wise mask of 48-row
-// blocks (the reuse path) 1.69-1.77x at 2:4 and 2.9-3.05x at 1:4. The output-vectorised kernel of
-// research/kernels.md (permute X by stored lane indices, 1.52x on Zen 4) ran at 0.87x here: a zmm
-// permute and a zmm FMA share port 5.
+// Measured on this machine (Sapphire-Rapids-class Xeon VM, one thread; bench/bench_port_mix.cpp,
+// bench/bench_nm_gemm.cpp, `nmsparse bench kernels`): a zmm FMA fed by its own L1 load runs at
+// 4.8-5.8 G/s against 7.5 G/s from registers, and mixing in permute-fed FMAs does not help (a zmm
+// permute and a zmm FMA share port 5). Dense OpenBLAS sgemm reuses every loaded vector over many
+// FMAs and reaches ~6.2 G FMAs/s, so per-row 2:4 in fp32 cannot exceed about 2 x 4.8 / 6.2 = 1.55x
+// here; the pair kernel's own ceiling is 4.8 x 8 / 10 = 3.9 G/s and the forward GEMM runs at
+// 3.8 G/s. Whole GEMMs at 2:4: 1.15-1.25x forward and 1.17-1.31x backward-data (T 8192 x 768 ->
+// 3072, 8192 x 3072 -> 768, 2048^3, 512 x 4096 -> 4096), 2.2x forward at 1:4; with a vector-wise
+// mask of 48-row blocks (the reuse path) 1.69-1.77x at 2:4 and 2.9-3.05x at 1:4. The
+// output-vectorised kernel of research/kernels.md (permute X by stored lane indices, 1.52x on
+// Zen 4) ran at 0.87x here.
 //
 // Results: every output element is the chain of fused multiply-adds over its kept products in
 // increasing column order, starting from 0, at every ISA level (isa.h) and any thread count, so
