@@ -2,9 +2,9 @@
 // as src/kernels/nm_gemm_layout.h). Per row and 16 columns (4 groups, 8 slots): one masked load,
 // vcompressps of the kept values and of their panel offsets, one permute interleaving them into
 // {value, offset} pairs, and a scatter of the 8 pairs to their slots (6 rows apart). The scalar
-// packer spent ~6 cycles per entry on bit scans and single stores; this path handles a run only
-// when every group of it keeps exactly 2 (what 2:4 magnitude and transposable masks give), and
-// reports the others back to the scalar packer.
+// packer spent ~6 cycles per entry on bit scans and single stores. Groups keeping fewer than 2
+// (Bi-Mask's backward masks) are padded as the scalar packer pads them; a run with a group keeping
+// more goes back to the scalar packer, which reports it.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -17,9 +17,10 @@ namespace nms::detail {
 bool nm_gemm_pack_run24_avx512(const float* const rows[kNmGemmTileRows],
                                const uint64_t* const mask_rows[kNmGemmTileRows], int64_t col0,
                                int64_t width, float* run) {
-  // Nibbles that keep exactly two of four: 0b0011, 0101, 0110, 1001, 1010, 1100.
-  constexpr uint32_t kTwoOfFour =
-      (1u << 3) | (1u << 5) | (1u << 6) | (1u << 9) | (1u << 10) | (1u << 12);
+  // Per group nibble: the columns it packs (its kept ones, padded with its lowest unkept ones up
+  // to 2, as the scalar packer pads), or 0xF for a group keeping more than 2.
+  constexpr uint8_t kSlots[16] = {0x3, 0x3, 0x3, 0x3, 0x5, 0x5, 0x6, 0xF,
+                                  0x9, 0x9, 0xA, 0xF, 0xC, 0xF, 0xF, 0xF};
   const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   // lanes 2i, 2i + 1 <- value i (first source), offset i (second source, index 16 + i).
   const __m512i interleave =
@@ -41,13 +42,17 @@ bool nm_gemm_pack_run24_avx512(const float* const rows[kNmGemmTileRows],
       }
       const int64_t col = col0 + c;
       const auto bits = static_cast<uint32_t>((mask_rows[l][col >> 6] >> (col & 63)) & present);
+      uint32_t packs = 0;
       for (int64_t g = 0; g < cols; g += 4) {
-        if (((kTwoOfFour >> ((bits >> g) & 0xF)) & 1) == 0) return false;
+        const uint32_t group = kSlots[(bits >> g) & 0xF];
+        if (group == 0xF) return false;
+        packs |= group << g;
       }
-      const auto keep = static_cast<__mmask16>(bits);
-      const __m512 values =
-          _mm512_maskz_compress_ps(keep, _mm512_maskz_loadu_ps(present, rows[l] + col));
-      const __m512i offs = _mm512_maskz_compress_epi32(keep, offsets);
+      // Unkept columns load as 0: the padding slots' values.
+      const auto pack = static_cast<__mmask16>(packs);
+      const __m512 values = _mm512_maskz_compress_ps(
+          pack, _mm512_maskz_loadu_ps(static_cast<__mmask16>(bits), rows[l] + col));
+      const __m512i offs = _mm512_maskz_compress_epi32(pack, offsets);
       const __m512i pairs =
           _mm512_permutex2var_epi32(_mm512_castps_si512(values), interleave, offs);
       _mm512_mask_i32scatter_epi64(dst, slots, index, pairs, 8);

@@ -349,29 +349,39 @@ TEST(NmGemmPackMasked, LargeOperandEqualsPackOfTheCompressedMatrix) {
   expect_pack_masked_equals_pack({3, 7}, 601, 700);
 }
 
-// 2:4 runs in which every group keeps exactly 2 take the AVX-512 packer (vcompressps + scatter);
-// a run with one group keeping fewer falls back to the scalar code. Both must give the entries of
-// the compressed route, at every ISA level, on tile and depth-block edges.
-TEST(NmGemmPackMasked, ExactTwoOfFourRunsAtEveryLevel) {
+// 2:4 runs take the AVX-512 packer (vcompressps + scatter), groups keeping fewer than 2 padded as
+// the scalar packer pads them (a group keeping 0 and one keeping 1 below); a run with a group
+// keeping 3 goes back to the scalar packer, which names it. Every level must give the entries of
+// the compressed route, on tile and depth-block edges.
+TEST(NmGemmPackMasked, TwoOfFourRunsAtEveryLevel) {
   uint64_t seed = 500;
   for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
     if (isa > isa_supported()) continue;
     ScopedIsa scoped(isa);
     for (int64_t rows : {1, 5, 6, 7, 13, 601}) {
       for (int64_t k : {4, 12, 16, 20, 124, 128, 132, 260, 4100}) {
-        for (bool fewer : {false, true}) {
-          SCOPED_TRACE(::testing::Message() << isa_name(isa) << " " << rows << " x " << k
-                                            << (fewer ? " one group keeps 1" : ""));
+        for (int variant = 0; variant < 3; ++variant) {  // exact, fewer, one group keeps 3
+          SCOPED_TRACE(::testing::Message()
+                       << isa_name(isa) << " " << rows << " x " << k << " variant " << variant);
           const Matrix a = testing::random_matrix(rows, k, seed++);
           BitMask mask = mask_nm_magnitude(a.view(), {2, 4});
-          if (fewer) {  // the last row's middle group keeps only its first kept column
-            const int64_t r = rows - 1;
-            const int64_t c0 = (k / 4 / 2) * 4;
-            bool seen = false;
-            for (int64_t c = c0; c < c0 + 4; ++c) {
-              if (mask.get(r, c) && seen) mask.set(r, c, false);
-              if (mask.get(r, c)) seen = true;
+          const int64_t r = rows - 1;
+          const int64_t c0 = (k / 4 / 2) * 4;  // the last row's middle group
+          if (variant == 1) {
+            for (int64_t c = 0; c < 4; ++c) mask.set(r, c, false);  // its first group keeps 0
+            for (int64_t c = c0, seen = 0; c < c0 + 4; ++c) {       // the middle one keeps 1
+              if (mask.get(r, c) && seen++ > 0) mask.set(r, c, false);
             }
+          }
+          if (variant == 2) {
+            for (int64_t c = c0; c < c0 + 4; ++c) mask.set(r, c, c < c0 + 3);
+            NmGemmOperand op;
+            testing::expect_error(
+                [&] {
+                  nm_gemm_pack_masked_into(a.view(), mask, {2, 4}, op);
+                },
+                "keeps 3 > n (2)");
+            continue;
           }
           const NmGemmOperand want = nm_gemm_pack(nm_compress_masked(a.view(), mask, {2, 4}));
           NmGemmOperand got;
