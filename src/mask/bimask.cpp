@@ -8,10 +8,14 @@
 #include <utility>
 
 #include "core/parallel.h"
+#ifdef NMS_HAVE_AVX512_KERNELS
+#include "mask/bimask_backward_avx512.h"
+#endif
 #include "mask/bimask_checks.h"
 #include "mask/bimask_group.h"
 #include "nmsparse/core/aligned_buffer.h"
 #include "nmsparse/core/error.h"
+#include "nmsparse/core/isa.h"
 #include "nmsparse/core/rng.h"
 #include "nmsparse/mask/standard.h"
 
@@ -158,6 +162,16 @@ BitMask bimask_backward(ConstMatrixViewF weights, const BitMask& forward, NmPatt
   const int n = pattern.n;
   const int64_t words = forward.words_per_row();
   BitMask backward(weights.rows(), weights.cols());
+#ifdef NMS_HAVE_AVX512_KERNELS
+  if (isa_active() == Isa::kAvx512 && m <= 16) {  // the same bits, 16 columns per step
+    detail::parallel_for(weights.rows() / m, [&](int64_t g) {
+      detail::bimask_backward_group_avx512(weights.data(), weights.ld(), weights.cols(),
+                                           forward.row_words(0), backward.row_words(0), words,
+                                           &perm[static_cast<size_t>(g * m)], n, m);
+    });
+    return backward;
+  }
+#endif
   detail::parallel_for(weights.rows() / m, [&](int64_t g) {
     const int64_t* rows = &perm[static_cast<size_t>(g * m)];
     uint64_t c[kMaxGroupSize + 2];

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "mask/bimask_reference.h"
+#include "nmsparse/core/isa.h"
 #include "nmsparse/core/rng.h"
 #include "nmsparse/core/threading.h"
 #include "nmsparse/format/compressed_nm.h"
@@ -130,6 +131,39 @@ TEST(BiMask, BackwardMatchesReferenceForManyPermutations) {
       EXPECT_TRUE(bimask_backward(w.view(), f, p, perm) ==
                   reference::bimask_backward(w.view(), f, p, perm));
       EXPECT_EQ(bimask_score(f, p, perm), reference::bimask_score(w.view(), f, p, perm));
+    }
+  }
+}
+
+// The AVX-512 path (m <= 16, 16 columns per step) against the reference at every level (ties,
+// zeros, column counts that end inside a 64-bit word, m = 32 on the scalar path), and against the
+// scalar path with a few NaN weights (a NaN compares false both ways in both).
+TEST(BiMask, BackwardMatchesReferenceAtEveryLevel) {
+  uint64_t seed = 40;
+  for (const Case& c :
+       {Case{32, 200, 2, 4}, Case{16, 77 * 4, 1, 4}, Case{32, 80, 8, 16}, Case{64, 96, 16, 32}}) {
+    const NmPattern p = NmPattern::make(c.n, c.m);
+    Matrix w = testing::random_integer_matrix(c.out, c.in, 2, seed++);
+    const BitMask f = mask_nm_magnitude(w.view(), p);
+    for (bool nan : {false, true}) {
+      if (nan) {
+        for (int64_t k = 0; k < 5; ++k) w((k * 7) % c.out, (k * 13) % c.in) = std::nanf("");
+      }
+      for (int cand = 0; cand < 3; ++cand) {
+        const std::vector<int64_t> perm = bimask_candidate(c.out, 5, cand);
+        BitMask want = reference::bimask_backward(w.view(), f, p, perm);
+        if (nan) {
+          ScopedIsa scalar(Isa::kScalar);
+          want = bimask_backward(w.view(), f, p, perm);
+        }
+        for (Isa isa : {Isa::kScalar, Isa::kAvx512}) {
+          if (isa > isa_supported()) continue;
+          ScopedIsa scoped(isa);
+          EXPECT_TRUE(bimask_backward(w.view(), f, p, perm) == want)
+              << isa_name(isa) << " " << p.to_string() << " candidate " << cand
+              << (nan ? " with NaN" : "");
+        }
+      }
     }
   }
 }
