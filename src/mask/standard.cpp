@@ -12,6 +12,10 @@
 
 #include "core/parallel.h"
 #include "mask/group_bits.h"
+#ifdef NMS_HAVE_AVX512_KERNELS
+#include "mask/standard_avx512.h"
+#endif
+#include "nmsparse/core/isa.h"
 
 namespace nms {
 namespace {
@@ -167,6 +171,7 @@ void mask_rows_impl(ConstMatrixViewF src, NmPattern pattern, BitMask& mask) {
   const int m = pattern.m;
   const int64_t cols = src.cols();
   const int64_t chunks = (src.rows() + kRowsPerChunk - 1) / kRowsPerChunk;
+  [[maybe_unused]] const bool avx512 = isa_active() == Isa::kAvx512;  // groups of 4
   detail::parallel_for(chunks, [&](int64_t chunk) {
     std::vector<int> order;
     const int64_t i_end = std::min(src.rows(), (chunk + 1) * kRowsPerChunk);
@@ -175,8 +180,15 @@ void mask_rows_impl(ConstMatrixViewF src, NmPattern pattern, BitMask& mask) {
       uint64_t* words = mask.row_words(i);
       int64_t done = 0;  // columns validated and masked by a vector path
       bool valid = true;
+      bool vector_done = false;
+#ifdef NMS_HAVE_AVX512_KERNELS
+      if (m == 4 && avx512) {
+        done = detail::mask_row4_avx512(row, cols, n, kAbs, words, valid);
+        vector_done = true;
+      }
+#endif
 #if defined(__SSE2__)
-      switch (m) {
+      switch (vector_done ? 0 : m) {
         case 4:
           done = mask_row_sse2<kAbs, 4>(row, cols, n, words, valid);
           break;

@@ -1,4 +1,5 @@
 #include "nmsparse/mask/standard.h"
+#include "nmsparse/core/isa.h"
 
 #include <gtest/gtest.h>
 
@@ -6,6 +7,7 @@
 #include <limits>
 
 #include "mask/standard_reference.h"
+#include "nmsparse/core/isa.h"
 #include "nmsparse/core/threading.h"
 #include "nmsparse/mask/verify.h"
 #include "testing/expect_error.h"
@@ -29,7 +31,17 @@ TEST(MaskNmRows, MatchesReferenceOnEdgeShapes) {
           const uint64_t seed = static_cast<uint64_t>(rows * 1000 + cols * 7 + ties);
           Matrix w = ties ? testing::random_integer_matrix(rows, cols, 2, seed)
                           : testing::random_matrix(rows, cols, seed);
-          const BitMask got = mask_nm_magnitude(w.view(), p);
+          // Below AVX-512, groups of 4 take the SSE2 kernel.
+          BitMask got;
+          for (Isa isa : {Isa::kScalar, Isa::kAvx512}) {
+            if (isa > isa_supported()) continue;
+            ScopedIsa scoped(isa);
+            const BitMask at_level = mask_nm_magnitude(w.view(), p);
+            if (isa != Isa::kScalar) {
+              ASSERT_EQ(at_level, got) << isa_name(isa);
+            }
+            got = at_level;
+          }
           for (int64_t k = 0; k < w.size(); ++k) w.data()[k] = std::fabs(w.data()[k]);
           const BitMask want = reference::mask_nm_rows(w.view(), p);
           ASSERT_EQ(got, want) << p.to_string() << " rows " << rows << " cols " << cols;
