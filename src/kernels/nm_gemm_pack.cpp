@@ -125,8 +125,8 @@ void nm_gemm_pack_into(const CompressedNm& c, NmGemmOperand& dst) {
       IndexReader reader(c.indices.data() + r * row_bytes, row_bytes, bits);
       for (int64_t s = 0; s < lay.slots_per_row; ++s) {
         const int in_group = reader.next();
-        NMS_CHECK(in_group < m, "row ", r, " slot ", s, " has in-group index ",
-                  in_group, " >= m (", m, ")");
+        NMS_CHECK(in_group < m, "row ", r, " slot ", s, " has in-group index ", in_group, " >= m (",
+                  m, ")");
       }
     }
   }
