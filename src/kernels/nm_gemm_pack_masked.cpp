@@ -13,12 +13,12 @@
 #include "core/bits.h"
 #include "core/parallel.h"
 #include "kernels/nm_gemm_layout.h"
+#include "nmsparse/core/error.h"
 #include "nmsparse/core/isa.h"
+#include "nmsparse/kernels/nm_gemm.h"
 #ifdef NMS_HAVE_AVX512_KERNELS
 #include "kernels/nm_gemm_pack24_avx512.h"
 #endif
-#include "nmsparse/core/error.h"
-#include "nmsparse/kernels/nm_gemm.h"
 
 namespace nms {
 namespace detail {
@@ -60,9 +60,6 @@ inline bool pack_group_row(const float* src, uint64_t real, int64_t col_in_block
   return true;
 }
 
-// The packer for compile-time kN:kM (0: the runtime n, m). Entries go straight to their place:
-// slot j of row l of a group at e + (j * 6 + l) * 2. An over-full group sets `failed` and ends
-// the tile.
 // Copies `count` floats (a multiple of 4) to a 16-byte aligned dst with non-temporal stores.
 void stream_copy(float* dst, const float* src, int64_t count) {
   for (int64_t i = 0; i < count; i += 4) _mm_stream_ps(dst + i, _mm_load_ps(src + i));
@@ -76,6 +73,9 @@ constexpr int64_t kStreamFloats = int64_t{2} << 20;  // 8 MB
 // Floats of the largest (block, tile) run: slots_per_block <= kNmGemmMaxDepthBlock.
 constexpr int64_t kMaxRunFloats = kNmGemmMaxDepthBlock * kNmGemmTileRows * 2;
 
+// The packer for compile-time kN:kM (0: the runtime n, m). Entries go straight to their place:
+// slot j of row l of a group at e + (j * 6 + l) * 2 (through `run` when streaming; 2:4 runs by
+// the AVX-512 packer when `simd`). An over-full group sets `failed` and ends the tile.
 template <int kN, int kM>
 void pack_tiles(ConstMatrixViewF a, const BitMask& mask, int n, int m,
                 const detail::NmGemmLayout& lay, float* packed, bool stream, bool simd,

@@ -32,7 +32,7 @@
 
 namespace nms {
 
-using SharedBitsConst = std::shared_ptr<const BitMask>;
+using SharedBits = std::shared_ptr<const BitMask>;
 
 // Buffers reused from step to step (one per layer): after the first step a kernel-path step
 // allocates only its output tensors.
@@ -45,7 +45,7 @@ struct SparseLinearWorkspace {
   // buffer (never written after it is made, so a pending backward can share it) and its bits are
   // made once per held mask, keyed by the buffer's mask_step, version counter and storage.
   torch::Tensor mask_snapshot;
-  SharedBitsConst mask_bits;
+  SharedBits mask_bits;
   int64_t snapshot_step = -2;
   int64_t snapshot_version = -1;
   const void* snapshot_storage = nullptr;
@@ -177,14 +177,14 @@ struct StepState : torch::CustomClassHolder {
   std::vector<int64_t> perm;                // bimask
 };
 
-using SharedBits = std::shared_ptr<const BitMask>;
 SharedBits share(BitMask&& bits) {
   return std::make_shared<const BitMask>(std::move(bits));
 }
 
 // Step 1 of the file comment: updates the layer's mask buffers when due and records in `state`
 // the masks this call uses (the buffers cloned, so that later steps do not change a pending
-// backward; on the kernel path also as bits, computed or converted from the buffers).
+// backward, or for transposable weights the snapshot kept per held mask; on the kernel path also
+// as bits, computed or converted from the buffers).
 void update_masks(SparseLinearImpl& layer, bool training, StepState& state) {
   const SparseLinearConfig& config = layer.config();
   if (config.weights == WeightMode::kDense) return;
@@ -195,7 +195,7 @@ void update_masks(SparseLinearImpl& layer, bool training, StepState& state) {
   const NmPattern pattern = config.pattern;
 
   torch::NoGradGuard no_grad;
-  const bool transposable_held = config.weights == WeightMode::kTransposable;
+  const bool transposable = config.weights == WeightMode::kTransposable;
   const torch::Tensor w = layer.weight.detach().to(torch::kFloat).contiguous();
   const ConstMatrixViewF wv = const_view(w);
   SharedBits fwd_bits;
@@ -248,7 +248,7 @@ void update_masks(SparseLinearImpl& layer, bool training, StepState& state) {
         bits_to_tensor(*bwd_bits, layer.mask_bwd);
         break;
     }
-    if (transposable_held) {
+    if (transposable) {
       // The snapshot made at the refresh (fwd_bits set) or the cached one.
       SparseLinearWorkspace& ws = SparseLinearAccess::workspace(layer);
       const bool cached = !fwd_bits && ws.snapshot_step == layer.mask_step.item<int64_t>() &&
@@ -267,17 +267,14 @@ void update_masks(SparseLinearImpl& layer, bool training, StepState& state) {
     }
     if (config.path == ExecPath::kKernels) {
       if (!fwd_bits) fwd_bits = share(bits_from_tensor(layer.mask_fwd));
-      const bool sparse_backward =
-          config.weights == WeightMode::kTransposable || config.weights == WeightMode::kBiMask;
-      if (sparse_backward && !bwd_bits) {
-        bwd_bits = config.weights == WeightMode::kTransposable
-                       ? fwd_bits
-                       : share(bits_from_tensor(layer.mask_bwd));
+      // Transposable bits come from the snapshot above; Bi-Mask's when it did not recompute.
+      if (config.weights == WeightMode::kBiMask && !bwd_bits) {
+        bwd_bits = share(bits_from_tensor(layer.mask_bwd));
       }
     }
   }
   state.mask_step = layer.mask_step.item<int64_t>();
-  if (transposable_held) {
+  if (transposable) {
     // M_b = M_f for transposable masks (the refresh writes both).
     state.mask_fwd = state.mask_bwd = SparseLinearAccess::workspace(layer).mask_snapshot;
   } else {
