@@ -9,6 +9,7 @@
 #include "core/parallel.h"
 #include "core/views_overlap.h"
 #include "kernels/nm_gemm_avx512.h"
+#include "kernels/nm_gemm_lanes.h"
 #include "kernels/nm_gemm_layout.h"
 #include "nmsparse/core/error.h"
 #include "nmsparse/core/isa.h"
@@ -173,6 +174,13 @@ void nm_gemm(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y) {
   const int64_t tokens = x.rows();
   if (tokens == 0 || a.rows == 0) return;
 #if defined(NMS_HAVE_AVX512_KERNELS)
+  if (a.lane_values.size() > 0 && a.depth > 0 && detail::nm_gemm_uses_lanes(a)) {
+    const detail::NmGemmLaneLayout lanes(a.rows, a.depth, a.pattern.n, a.pattern.m);
+    NMS_CHECK(a.lane_values.size() == lanes.total() && a.lane_index.size() == lanes.total(),
+              "nm_gemm: the operand's lane form does not match its shape (repack it)");
+    detail::nm_gemm_lanes_run(x, a, y);
+    return;
+  }
   const Isa isa = isa_active();
   if (isa >= Isa::kAvx2 && a.depth > 0) {
     detail::NmGemmArgs args;

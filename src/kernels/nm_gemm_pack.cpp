@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "core/parallel.h"
+#include "kernels/nm_gemm_lanes.h"
 #include "kernels/nm_gemm_layout.h"
 #include "nmsparse/core/error.h"
 #include "nmsparse/kernels/nm_gemm.h"
@@ -65,7 +66,7 @@ void mark_shared_tiles(NmGemmOperand& a) {
 
 }  // namespace detail
 
-void nm_gemm_pack_into(const CompressedNm& c, NmGemmOperand& dst) {
+void detail::nm_gemm_pack_entries_into(const CompressedNm& c, NmGemmOperand& dst) {
   c.pattern.validate();
   const int64_t r_count = c.value_rows();
   const int64_t k = c.axis_length();
@@ -131,6 +132,11 @@ void nm_gemm_pack_into(const CompressedNm& c, NmGemmOperand& dst) {
     }
   }
   detail::mark_shared_tiles(dst);
+}
+
+void nm_gemm_pack_into(const CompressedNm& compressed, NmGemmOperand& dst) {
+  detail::nm_gemm_pack_entries_into(compressed, dst);
+  detail::nm_gemm_pack_lanes(dst);
 }
 
 NmGemmOperand nm_gemm_pack(const CompressedNm& compressed) {

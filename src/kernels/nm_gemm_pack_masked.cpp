@@ -12,6 +12,7 @@
 
 #include "core/bits.h"
 #include "core/parallel.h"
+#include "kernels/nm_gemm_lanes.h"
 #include "kernels/nm_gemm_layout.h"
 #include "nmsparse/core/error.h"
 #include "nmsparse/core/isa.h"
@@ -182,6 +183,7 @@ void nm_gemm_pack_masked_into(ConstMatrixViewF a, const BitMask& mask, NmPattern
     }
   }
   detail::mark_shared_tiles(dst);
+  detail::nm_gemm_pack_lanes(dst);
 }
 
 }  // namespace nms

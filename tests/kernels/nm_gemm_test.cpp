@@ -8,6 +8,7 @@
 // adds a negligible 2^-53 relative error.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -71,9 +72,6 @@ void check_matrix(const Case& c, const Matrix& d, uint64_t seed, int64_t pad = 0
   SCOPED_TRACE(describe(c));
   const bool fwd = c.axis == NmAxis::kRows;
   const CompressedNm comp = nm_compress(d.view(), c.pattern, c.axis);
-  const NmGemmOperand a = nm_gemm_pack(comp);
-  ASSERT_EQ(a.rows, c.rows);
-  ASSERT_EQ(a.depth, c.depth);
   Matrix xbuf = testing::random_matrix(c.tokens, c.depth + pad, seed + 1);
   const ConstMatrixViewF x(xbuf.data(), c.tokens, c.depth, c.depth + pad);
   const int64_t kept = c.depth / c.pattern.m * c.pattern.n;
@@ -95,31 +93,45 @@ void check_matrix(const Case& c, const Matrix& d, uint64_t seed, int64_t pad = 0
     }
   }
   Matrix first;
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
-    if (isa > isa_supported()) continue;
-    ScopedIsa level(isa);
-    Matrix ybuf(c.tokens, c.rows + pad);
-    for (int64_t k = 0; k < ybuf.size(); ++k) ybuf.data()[k] = -7.0f;  // sentinel
-    const MatrixViewF y(ybuf.data(), c.tokens, c.rows, c.rows + pad);
-    nm_gemm(x, a, y);
-    for (int64_t t = 0; t < c.tokens; ++t) {
-      for (int64_t r = 0; r < c.rows; ++r) {
-        const auto i = static_cast<size_t>(t * c.rows + r);
-        ASSERT_LE(std::fabs(y(t, r) - ref[i]), gamma * mag[i] + 1e-30)
-            << "isa " << isa_name(isa) << " at (" << t << ", " << r << ")";
+  // Both AVX-512 kernels (an operand packed under `permute` carries its lane form and runs the
+  // permute kernel at the AVX-512 level; the other levels ignore it).
+  for (NmGemmKernel kernel : {NmGemmKernel::kBroadcast, NmGemmKernel::kPermute}) {
+    ScopedNmGemmKernel scoped_kernel(kernel);
+    const NmGemmOperand a = nm_gemm_pack(comp);
+    ASSERT_EQ(a.rows, c.rows);
+    ASSERT_EQ(a.depth, c.depth);
+    const bool lanes = kernel == NmGemmKernel::kPermute && isa_supported() == Isa::kAvx512 &&
+                       16 % c.pattern.m == 0 &&
+                       std::all_of(a.shared.data(), a.shared.data() + a.shared.size(),
+                                   [](uint8_t v) { return v == 0; });
+    ASSERT_EQ(a.lane_values.size() > 0, lanes) << nm_gemm_kernel_name(kernel);
+    for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+      if (isa > isa_supported()) continue;
+      ScopedIsa level(isa);
+      SCOPED_TRACE(std::string(nm_gemm_kernel_name(kernel)) + " " + std::string(isa_name(isa)));
+      Matrix ybuf(c.tokens, c.rows + pad);
+      for (int64_t k = 0; k < ybuf.size(); ++k) ybuf.data()[k] = -7.0f;  // sentinel
+      const MatrixViewF y(ybuf.data(), c.tokens, c.rows, c.rows + pad);
+      nm_gemm(x, a, y);
+      for (int64_t t = 0; t < c.tokens; ++t) {
+        for (int64_t r = 0; r < c.rows; ++r) {
+          const auto i = static_cast<size_t>(t * c.rows + r);
+          ASSERT_LE(std::fabs(y(t, r) - ref[i]), gamma * mag[i] + 1e-30)
+              << "isa " << isa_name(isa) << " at (" << t << ", " << r << ")";
+        }
+        for (int64_t r = c.rows; r < c.rows + pad; ++r) {
+          ASSERT_EQ(ybuf(t, r), -7.0f) << "wrote past the row at " << t << ", " << r;
+        }
       }
-      for (int64_t r = c.rows; r < c.rows + pad; ++r) {
-        ASSERT_EQ(ybuf(t, r), -7.0f) << "wrote past the row at " << t << ", " << r;
+      Matrix dense_y(c.tokens, c.rows);
+      for (int64_t t = 0; t < c.tokens; ++t)
+        for (int64_t r = 0; r < c.rows; ++r) dense_y(t, r) = y(t, r);
+      if (first.size() == 0) {
+        first = std::move(dense_y);
+      } else {
+        ASSERT_EQ(std::memcmp(first.data(), dense_y.data(), sizeof(float) * first.size()), 0)
+            << "isa " << isa_name(isa) << " differs from scalar";
       }
-    }
-    Matrix dense_y(c.tokens, c.rows);
-    for (int64_t t = 0; t < c.tokens; ++t)
-      for (int64_t r = 0; r < c.rows; ++r) dense_y(t, r) = y(t, r);
-    if (first.size() == 0) {
-      first = std::move(dense_y);
-    } else {
-      ASSERT_EQ(std::memcmp(first.data(), dense_y.data(), sizeof(float) * first.size()), 0)
-          << "isa " << isa_name(isa) << " differs from scalar";
     }
   }
 }
@@ -158,6 +170,38 @@ TEST(NmGemm, PatternsOnTileEdges) {
 TEST(NmGemm, LongRows) {
   check_case({70, 1040, 40, {2, 4}, NmAxis::kRows}, 5);
   check_case({10, 1552, 65, {8, 16}, NmAxis::kCols}, 6, 5);
+}
+
+TEST(NmGemm, PermuteKernelBlockingEdges) {
+  // The permute kernel's blocking (nm_gemm_lanes.h): 32-row blocks (a partial last one), 16-column
+  // chunks (a partial last one), K blocks of 128 chunks (two and three of them, so Y is stored and
+  // reloaded mid-chain), items of 256 tokens (a partial one, and token tiles of 8 with a tail), and
+  // row parts when the token blocks are fewer than twice the threads. check_matrix runs both
+  // kernels at every level against the scalar path, bit for bit.
+  uint64_t seed = 900;
+  for (int threads : {1, 2, 3}) {
+    SCOPED_TRACE("threads " + std::to_string(threads));
+    ScopedNumThreads scoped(threads);
+    check_case({300, 2068, 45, {2, 4}, NmAxis::kRows}, seed++, /*pad=*/3);
+    check_case({37, 4112, 70, {8, 16}, NmAxis::kCols}, seed++);
+    check_case({9, 4100, 33, {1, 4}, NmAxis::kRows}, seed++, 1);
+    check_case({520, 40, 97, {1, 2}, NmAxis::kRows}, seed++);
+  }
+}
+
+TEST(NmGemm, KernelNames) {
+  for (NmGemmKernel k : {NmGemmKernel::kBroadcast, NmGemmKernel::kPermute}) {
+    EXPECT_EQ(nm_gemm_kernel_from_name(nm_gemm_kernel_name(k)), k);
+  }
+  EXPECT_FALSE(nm_gemm_kernel_from_name("permutes").has_value());
+  {
+    ScopedNmGemmKernel outer(NmGemmKernel::kPermute);
+    {
+      ScopedNmGemmKernel inner(NmGemmKernel::kBroadcast);
+      EXPECT_EQ(nm_gemm_kernel_active(), NmGemmKernel::kBroadcast);
+    }
+    EXPECT_EQ(nm_gemm_kernel_active(), NmGemmKernel::kPermute);
+  }
 }
 
 TEST(NmGemm, BlockingEdges) {
@@ -203,6 +247,7 @@ TEST(NmGemm, SharedColumnsTakeTheReusePathWithTheSameResults) {
     apply_mask(w.view(), mask_nm_vectorwise(scores.view(), p, 12));
     const NmGemmOperand a = nm_gemm_pack(nm_compress(w.view(), p));
     for (int64_t k = 0; k < a.shared.size(); ++k) ASSERT_EQ(a.shared.data()[k], 1) << k;
+    ASSERT_EQ(a.lane_values.size(), 0);  // shared tiles take the reuse path, never the lanes
     check_matrix({70, 192, 37, p, NmAxis::kRows}, w, seed++, 2);
   }
   {  // Several row chunks and panel groups.
@@ -221,20 +266,24 @@ TEST(NmGemm, SharedColumnsTakeTheReusePathWithTheSameResults) {
 }
 
 TEST(NmGemm, SameBitsForOneAndTwoThreads) {
-  const Matrix d = random_nm(100, 272, {2, 4}, NmAxis::kRows, 3);
-  const NmGemmOperand a = nm_gemm_pack(nm_compress(d.view(), {2, 4}));
-  const Matrix x = testing::random_matrix(300, 272, 4);
-  Matrix y1(300, 100);
-  Matrix y2(300, 100);
-  {
-    ScopedNumThreads t(1);
-    nm_gemm(x.view(), a, y1.view());
+  for (NmGemmKernel kernel : {NmGemmKernel::kBroadcast, NmGemmKernel::kPermute}) {
+    ScopedNmGemmKernel scoped(kernel);
+    const Matrix d = random_nm(100, 272, {2, 4}, NmAxis::kRows, 3);
+    const NmGemmOperand a = nm_gemm_pack(nm_compress(d.view(), {2, 4}));
+    const Matrix x = testing::random_matrix(300, 272, 4);
+    Matrix y1(300, 100);
+    Matrix y2(300, 100);
+    {
+      ScopedNumThreads t(1);
+      nm_gemm(x.view(), a, y1.view());
+    }
+    {
+      ScopedNumThreads t(2);
+      nm_gemm(x.view(), a, y2.view());
+    }
+    EXPECT_EQ(std::memcmp(y1.data(), y2.data(), sizeof(float) * y1.size()), 0)
+        << nm_gemm_kernel_name(kernel);
   }
-  {
-    ScopedNumThreads t(2);
-    nm_gemm(x.view(), a, y2.view());
-  }
-  EXPECT_EQ(std::memcmp(y1.data(), y2.data(), sizeof(float) * y1.size()), 0);
 }
 
 TEST(NmGemm, ScratchBytes) {

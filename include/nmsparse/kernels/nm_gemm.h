@@ -53,6 +53,16 @@
 // output-vectorised kernel of research/kernels.md (permute X by stored lane indices, 1.52x on
 // Zen 4) ran at 0.87x here.
 //
+// Two AVX-512 micro-kernels (NmGemmKernel): `broadcast`, the token-vectorised kernel above, and
+// `permute`, the output-vectorised kernel of research/kernels.md (src/kernels/nm_gemm_lanes.h:
+// lanes = 16 rows of A, X read row-major, each kept value's X brought to its lane by vpermps on a
+// stored lane index; m must divide 16). Which one suits a CPU is a matter of its ports: on the
+// Xeon above the permute kernel ran at 0.87x of OpenBLAS; on Zen 4 (AMD EPYC VM, one thread,
+// 2:4) at 1.45-1.6x where the broadcast kernel ran at 1.11-1.27x (`nmsparse bench kernels`). The
+// default is permute on AMD CPUs and broadcast elsewhere; NMSPARSE_NM_GEMM=broadcast|permute or
+// set_nm_gemm_kernel() override it. An operand is packed for the kernel active when it is packed
+// (its lane form is built only for permute) and runs it while the level stays AVX-512.
+//
 // Results: every output element is the chain of fused multiply-adds over its kept products in
 // increasing column order, starting from 0, at every ISA level (isa.h) and any thread count, so
 // results are bitwise identical across levels and thread counts. Validation happens here, at the
@@ -61,6 +71,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string_view>
 
 #include "nmsparse/core/aligned_buffer.h"
 #include "nmsparse/core/bit_mask.h"
@@ -82,6 +94,32 @@ struct NmGemmOperand {
   // vector-wise mask, nmsparse/mask/vectorwise.h): the kernel then loads each panel row once for
   // all 6 rows instead of once per row.
   AlignedBuffer<uint8_t> shared;
+  // The permute kernel's form of the same entries (src/kernels/nm_gemm_lanes.h); empty when the
+  // operand was packed for the broadcast kernel.
+  AlignedBuffer<float> lane_values;
+  AlignedBuffer<int32_t> lane_index;
+};
+
+// The AVX-512 micro-kernel of nm_gemm (see above).
+enum class NmGemmKernel { kBroadcast, kPermute };
+// "broadcast" / "permute", and back (nullopt for anything else).
+std::string_view nm_gemm_kernel_name(NmGemmKernel kernel);
+std::optional<NmGemmKernel> nm_gemm_kernel_from_name(std::string_view name);
+// set_nm_gemm_kernel()'s value if set, else NMSPARSE_NM_GEMM if set (throws nms::Error naming
+// any other value), else permute on AMD CPUs and broadcast on others.
+NmGemmKernel nm_gemm_kernel_active();
+// Overrides the kernel for the whole process (tests, benchmarks); nullopt returns to the default.
+void set_nm_gemm_kernel(std::optional<NmGemmKernel> kernel);
+// Sets the kernel for a scope and restores the previous override on exit.
+class ScopedNmGemmKernel {
+ public:
+  explicit ScopedNmGemmKernel(NmGemmKernel kernel);
+  ~ScopedNmGemmKernel();
+  ScopedNmGemmKernel(const ScopedNmGemmKernel&) = delete;
+  ScopedNmGemmKernel& operator=(const ScopedNmGemmKernel&) = delete;
+
+ private:
+  std::optional<NmGemmKernel> previous_;
 };
 
 // A = W for a kRows compression of W, A = Wᵀ for a kCols compression (any valid pattern).

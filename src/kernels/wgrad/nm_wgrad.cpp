@@ -8,6 +8,7 @@
 #include "core/parallel.h"
 #include "core/views_overlap.h"
 #include "kernels/nm_gemm_avx512.h"
+#include "kernels/nm_gemm_lanes.h"
 #include "kernels/wgrad/wgrad_kernels.h"
 #include "nmsparse/core/error.h"
 #include "nmsparse/core/isa.h"
@@ -134,7 +135,7 @@ void nm_wgrad(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw, NmWgra
     // rows as its panel rows and writes its output blocks as rows of dW, each element the same
     // chain as below (slots in order, from 0 or the decay term): the same bits.
     try {
-      nm_gemm_pack_into(dy, w.dy_t);
+      detail::nm_gemm_pack_entries_into(dy, w.dy_t);
     } catch (const Error& e) {  // name the argument: rows of dYᵀ are columns of dY
       NMS_THROW("dY (as dYᵀ, a row per column of dY): ", e.what());
     }

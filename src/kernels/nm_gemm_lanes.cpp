@@ -1,0 +1,170 @@
+// The permute form of nm_gemm (nm_gemm_lanes.h): which kernel runs, the lane form of a packed
+// operand, and the threaded driver.
+#include "kernels/nm_gemm_lanes.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "core/parallel.h"
+#include "kernels/nm_gemm_layout.h"
+#include "nmsparse/core/error.h"
+#include "nmsparse/core/isa.h"
+#include "nmsparse/core/threading.h"
+#include "nmsparse/kernels/nm_gemm.h"
+
+namespace nms {
+namespace {
+
+std::atomic<int> g_kernel_override{-1};  // -1: none; otherwise the NmGemmKernel value
+
+NmGemmKernel kernel_default() {
+  const char* env = std::getenv("NMSPARSE_NM_GEMM");
+  if (env != nullptr && *env != '\0') {
+    const std::optional<NmGemmKernel> k = nm_gemm_kernel_from_name(env);
+    NMS_CHECK(k.has_value(), "NMSPARSE_NM_GEMM=", std::string(env),
+              " is not one of broadcast, permute");
+    return *k;
+  }
+#if defined(__x86_64__) || defined(__i386__)
+  // Zen 4 splits a zmm FMA over its two 256-bit FMA pipes and runs vpermps on others, so
+  // permute-fed FMAs cost no FMA slot; on the Sapphire-Rapids-class Xeon a zmm permute and a zmm
+  // FMA share port 5 and the permute kernel ran at 0.87x of OpenBLAS (nm_gemm.h).
+  __builtin_cpu_init();
+  if (__builtin_cpu_is("amd")) return NmGemmKernel::kPermute;
+#endif
+  return NmGemmKernel::kBroadcast;
+}
+
+// Tokens per work item of the permute driver: 256 (measured with the K blocks of 128 chunks,
+// one thread, Zen 4, 2:4: 64 tokens 1.45x, 128 1.48-1.55x, 256 1.51-1.60x of OpenBLAS).
+constexpr int64_t kLaneTokenBlock = 256;
+
+}  // namespace
+
+std::string_view nm_gemm_kernel_name(NmGemmKernel kernel) {
+  return kernel == NmGemmKernel::kPermute ? "permute" : "broadcast";
+}
+
+std::optional<NmGemmKernel> nm_gemm_kernel_from_name(std::string_view name) {
+  for (NmGemmKernel k : {NmGemmKernel::kBroadcast, NmGemmKernel::kPermute}) {
+    if (nm_gemm_kernel_name(k) == name) return k;
+  }
+  return std::nullopt;
+}
+
+NmGemmKernel nm_gemm_kernel_active() {
+  const int o = g_kernel_override.load(std::memory_order_relaxed);
+  if (o >= 0) return static_cast<NmGemmKernel>(o);
+  static const NmGemmKernel chosen = kernel_default();
+  return chosen;
+}
+
+void set_nm_gemm_kernel(std::optional<NmGemmKernel> kernel) {
+  g_kernel_override.store(kernel ? static_cast<int>(*kernel) : -1, std::memory_order_relaxed);
+}
+
+ScopedNmGemmKernel::ScopedNmGemmKernel(NmGemmKernel kernel) {
+  const int o = g_kernel_override.load(std::memory_order_relaxed);
+  if (o >= 0) previous_ = static_cast<NmGemmKernel>(o);
+  set_nm_gemm_kernel(kernel);
+}
+
+ScopedNmGemmKernel::~ScopedNmGemmKernel() {
+  set_nm_gemm_kernel(previous_);
+}
+
+namespace detail {
+
+bool nm_gemm_uses_lanes(const NmGemmOperand& a) {
+#if !defined(NMS_HAVE_AVX512_KERNELS)
+  (void)a;
+  return false;
+#endif
+  if (isa_active() != Isa::kAvx512 || nm_gemm_kernel_active() != NmGemmKernel::kPermute ||
+      kLaneChunk % a.pattern.m != 0) {
+    return false;
+  }
+  return std::none_of(a.shared.data(), a.shared.data() + a.shared.size(),
+                      [](uint8_t s) { return s != 0; });
+}
+
+void nm_gemm_pack_lanes(NmGemmOperand& a) {
+  if (!nm_gemm_uses_lanes(a)) {
+    a.lane_values = AlignedBuffer<float>();
+    a.lane_index = AlignedBuffer<int32_t>();
+    return;
+  }
+  const NmGemmLayout lay(a.rows, a.depth, a.pattern.n, a.pattern.m);
+  const NmGemmLaneLayout lanes(a.rows, a.depth, a.pattern.n, a.pattern.m);
+  if (a.lane_values.size() != lanes.total()) {
+    a.lane_values.resize_for_overwrite(lanes.total());
+    a.lane_index.resize_for_overwrite(lanes.total());
+  }
+  parallel_for(lanes.blocks, [&](int64_t b) {
+    float* values = a.lane_values.data() + lanes.offset(b, 0, 0);
+    int32_t* index = a.lane_index.data() + lanes.offset(b, 0, 0);
+    const int64_t block_floats = lanes.chunks * lanes.slots_per_chunk * kLaneRows;
+    std::fill(values, values + block_floats, 0.0f);  // padding rows and partial-chunk slots
+    std::fill(index, index + block_floats, 0);
+    for (int64_t l = 0; l < kLaneRows; ++l) {
+      const int64_t r = b * kLaneRows + l;
+      if (r >= a.rows) break;
+      const int64_t tile = r / kNmGemmTileRows;
+      const int64_t in_tile = r % kNmGemmTileRows;
+      for (int64_t db = 0; db < lay.depth_blocks; ++db) {
+        const float* e = a.packed.data() + lay.entry(tile, lay.block_first_slot(db), in_tile);
+        for (int64_t g = lay.block_first_slot(db); g < lay.block_last_slot(db);
+             ++g, e += 2 * kNmGemmTileRows) {
+          int32_t offset;
+          std::memcpy(&offset, e + 1, sizeof(offset));
+          // Slot g of the row is slot g mod per_chunk of chunk g / per_chunk: relative to the
+          // block, at g · 32 + l.
+          const int64_t col = db * lay.depth_block + offset / kNmGemmPanel;
+          values[g * kLaneRows + l] = e[0];
+          index[g * kLaneRows + l] = static_cast<int32_t>(col % kLaneChunk);
+        }
+      }
+    }
+  });
+}
+
+void nm_gemm_lanes_run(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y) {
+#if defined(NMS_HAVE_AVX512_KERNELS)
+  NmGemmLaneArgs args;
+  args.x = x.data();
+  args.ldx = x.ld();
+  args.values = a.lane_values.data();
+  args.lanes = a.lane_index.data();
+  args.rows = a.rows;
+  args.depth = a.depth;
+  args.n = a.pattern.n;
+  args.m = a.pattern.m;
+  args.y = y.data();
+  args.ldy = y.ld();
+  const NmGemmLaneLayout lay(a.rows, a.depth, a.pattern.n, a.pattern.m);
+  const int64_t tokens = x.rows();
+  const int64_t token_blocks = (tokens + kLaneTokenBlock - 1) / kLaneTokenBlock;
+  // Row parts when the token blocks alone would leave threads idle (at least 2 items per thread;
+  // every item owns its block of Y, so results do not depend on the split).
+  const int64_t threads = max_threads();
+  const int64_t row_parts =
+      std::clamp<int64_t>((2 * threads + token_blocks - 1) / token_blocks, 1, lay.blocks);
+  parallel_for(token_blocks * row_parts, [&](int64_t i) {
+    const int64_t tb = i / row_parts;
+    const int64_t part = i % row_parts;
+    const int64_t t0 = tb * kLaneTokenBlock;
+    const int64_t t1 = std::min(tokens, t0 + kLaneTokenBlock);
+    nm_gemm_lanes_avx512(args, t0, t1, part * lay.blocks / row_parts,
+                         (part + 1) * lay.blocks / row_parts);
+  });
+#else
+  (void)x, (void)a, (void)y;
+  NMS_THROW("nm_gemm: the permute kernel is built on x86-64 only");
+#endif
+}
+
+}  // namespace detail
+}  // namespace nms
