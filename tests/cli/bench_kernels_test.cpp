@@ -29,6 +29,7 @@ TEST_F(BenchKernelsCli, JsonReportHasEveryGemmAndSmallErrors) {
   const nlohmann::json j = nlohmann::json::parse(r.text());
   EXPECT_EQ(j["environment"]["threads"], 1);
   EXPECT_TRUE(j["environment"].contains("isa"));
+  EXPECT_TRUE(j["environment"].contains("nm_gemm_kernel"));
   EXPECT_TRUE(j["environment"].contains("blas"));
   ASSERT_EQ(j["results"].size(), 2u * 2u * 4u);  // shapes x patterns x gemms
   for (const auto& res : j["results"]) {

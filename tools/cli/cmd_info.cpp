@@ -8,6 +8,7 @@
 #include "nmsparse/core/threading.h"
 #include "nmsparse/io/dtype.h"
 #include "nmsparse/io/nm_tensors.h"
+#include "nmsparse/kernels/nm_gemm.h"
 #include "nmsparse/mask/diversity.h"
 #include "report.h"
 
@@ -52,6 +53,7 @@ nlohmann::json system_info() {
           {"threads", max_threads()},
           {"isa", std::string(isa_name(isa_active()))},
           {"isa_supported", std::string(isa_name(isa_supported()))},
+          {"nm_gemm_kernel", std::string(nm_gemm_kernel_name(nm_gemm_kernel_active()))},
 #ifdef __VERSION__
           {"compiler", __VERSION__},
 #endif
