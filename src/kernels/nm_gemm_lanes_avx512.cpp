@@ -3,7 +3,8 @@
 // rows of X are loaded once; per kept slot one value and one index vector per 16 rows feed 8
 // vpermps + 8 FMAs each. Zen 4 (bench_port_mix, one thread): register-fed FMAs 3.6 G/s,
 // permute-fed 2.7 G/s, load-fed 3.1 G/s, OpenBLAS ~3.3 G/s; the broadcast kernel's 10 loads per 8
-// FMAs put it at 1.11-1.27x of OpenBLAS at 2:4 there, this one at 1.45-1.6x.
+// FMAs put it at 1.11-1.27x of OpenBLAS at 2:4 there, this one at 1.34-1.48x
+// (a standalone copy with fewer spills: 1.51-1.6x; docs/performance.md, "On Zen 4").
 #include <immintrin.h>
 
 #include <algorithm>

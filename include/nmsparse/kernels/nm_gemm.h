@@ -58,7 +58,7 @@
 // lanes = 16 rows of A, X read row-major, each kept value's X brought to its lane by vpermps on a
 // stored lane index; m must divide 16). Which one suits a CPU is a matter of its ports: on the
 // Xeon above the permute kernel ran at 0.87x of OpenBLAS; on Zen 4 (AMD EPYC VM, one thread,
-// 2:4) at 1.45-1.6x where the broadcast kernel ran at 1.11-1.27x (`nmsparse bench kernels`). The
+// 2:4) at 1.34-1.48x where the broadcast kernel ran at 1.11-1.28x (`nmsparse bench kernels`). The
 // default is permute on AMD CPUs and broadcast elsewhere; NMSPARSE_NM_GEMM=broadcast|permute or
 // set_nm_gemm_kernel() override it. An operand is packed for the kernel active when it is packed
 // (its lane form is built only for permute) and runs it while the level stays AVX-512.
