@@ -11,8 +11,8 @@
 // Entry (block b, chunk c, slot s, row l) at ((b · chunks + c) · slots_per_chunk + s) · 32 + l:
 // the value, and its column's position inside the chunk (0..15) as an int32 (the permute's index
 // vector is then one 64-byte load: 8-bit lanes widened with vpmovzxbd measured 1.22-1.30x of
-// OpenBLAS at 2:4 against 1.36-1.45x for int32, one thread, Zen 4, in a standalone copy). Slots of a partial last chunk
-// past its groups hold value 0, lane 0, and are never read.
+// OpenBLAS at 2:4 against 1.36-1.45x for int32, one thread, Zen 4, in a standalone copy). Slots of
+// a partial last chunk past its groups hold value 0, lane 0, and are never read.
 #pragma once
 
 #include <cstdint>
