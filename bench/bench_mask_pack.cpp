@@ -14,6 +14,7 @@
 #include "nmsparse/core/rng.h"
 #include "nmsparse/core/threading.h"
 #include "nmsparse/format/compressed_nm.h"
+#include "nmsparse/kernels/nm_gemm.h"
 #include "nmsparse/mask/standard.h"
 
 namespace nms {
@@ -97,6 +98,24 @@ void BM_PackReuse(benchmark::State& state) {
   set_bytes(state, w);
 }
 
+// nm_gemm's operand straight from W and its mask, in the form of each kernel (arg 1: 0 broadcast
+// entries, 1 permute lanes): the training layers' per-step packing of W.
+void BM_NmGemmPackMasked(benchmark::State& state) {
+  set_num_threads(1);
+  const NmPattern p{2, 4};
+  const Matrix w = random_matrix(state.range(0), state.range(0));
+  const BitMask mask = mask_nm_magnitude(w.view(), p);
+  ScopedNmGemmKernel kernel(state.range(1) == 1 ? NmGemmKernel::kPermute
+                                                : NmGemmKernel::kBroadcast);
+  NmGemmOperand op;
+  for (auto _ : state) {
+    nm_gemm_pack_masked_into(w.view(), mask, p, op);
+    benchmark::DoNotOptimize(op.lane_values.data());
+    benchmark::DoNotOptimize(op.packed.data());
+  }
+  set_bytes(state, w);
+}
+
 void BM_Copy(benchmark::State& state) {
   const Matrix w = random_matrix(state.range(0), state.range(0));
   Matrix dst(w.rows(), w.cols());
@@ -118,6 +137,7 @@ BENCHMARK(BM_MaskPack)->Apply(patterns)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_MaskPackReuse)->Apply(patterns)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_PackMaskedReuse)->Apply(patterns)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_PackReuse)->Apply(patterns)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_NmGemmPackMasked)->Args({4096, 0})->Args({4096, 1})->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace nms

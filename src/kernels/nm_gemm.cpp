@@ -150,7 +150,7 @@ void nm_gemm_simd(const NmGemmArgs& args, int64_t tokens, bool avx512) {
 
 int64_t nm_gemm_scratch_bytes(const NmGemmOperand& a) {
 #if defined(NMS_HAVE_AVX512_KERNELS)
-  if (isa_active() >= Isa::kAvx2 && a.depth > 0 && a.rows > 0) {
+  if (isa_active() >= Isa::kAvx2 && a.depth > 0 && a.rows > 0 && a.lane_values.size() == 0) {
     const detail::NmGemmLayout lay(a.rows, a.depth, a.pattern.n, a.pattern.m);
     const detail::NmGemmBlocking k = choose_blocking(lay, -1, max_threads());
     return (worker_floats(k, lay) + (k.own_pack ? 0 : k.slab_panels * lay.panel_floats())) *
@@ -168,19 +168,24 @@ void nm_gemm(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y) {
             ", expected ", x.rows(), " x ", a.rows);
   NMS_CHECK(!detail::views_overlap(x, y), "nm_gemm: y overlaps x");
   const detail::NmGemmLayout lay(a.rows, a.depth, a.pattern.n, a.pattern.m);
+  const int64_t tokens = x.rows();
+  if (a.lane_values.size() > 0) {  // packed for the permute kernel (nm_gemm_lanes.h)
+    const detail::NmGemmLaneLayout lanes(a.rows, a.depth, a.pattern.n, a.pattern.m);
+    NMS_CHECK(a.lane_values.size() == lanes.total() && a.lane_index.size() == lanes.total(),
+              "nm_gemm: the operand's lane form does not match its shape (use nm_gemm_pack)");
+    if (tokens == 0 || a.rows == 0) return;
+    if (isa_active() == Isa::kAvx512) {
+      detail::nm_gemm_lanes_run(x, a, y);
+    } else {
+      detail::nm_gemm_lanes_scalar(x, a, y);
+    }
+    return;
+  }
   NMS_CHECK(
       a.packed.size() == lay.total_floats() && a.shared.size() == lay.depth_blocks * lay.tiles,
       "nm_gemm: the operand is not packed (use nm_gemm_pack)");
-  const int64_t tokens = x.rows();
   if (tokens == 0 || a.rows == 0) return;
 #if defined(NMS_HAVE_AVX512_KERNELS)
-  if (a.lane_values.size() > 0 && a.depth > 0 && detail::nm_gemm_uses_lanes(a)) {
-    const detail::NmGemmLaneLayout lanes(a.rows, a.depth, a.pattern.n, a.pattern.m);
-    NMS_CHECK(a.lane_values.size() == lanes.total() && a.lane_index.size() == lanes.total(),
-              "nm_gemm: the operand's lane form does not match its shape (repack it)");
-    detail::nm_gemm_lanes_run(x, a, y);
-    return;
-  }
   const Isa isa = isa_active();
   if (isa >= Isa::kAvx2 && a.depth > 0) {
     detail::NmGemmArgs args;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -29,17 +30,19 @@ NmGemmKernel kernel_default() {
     return *k;
   }
 #if defined(__x86_64__) || defined(__i386__)
-  // Zen 4 splits a zmm FMA over its two 256-bit FMA pipes and runs vpermps on others, so
-  // permute-fed FMAs cost no FMA slot; on the Sapphire-Rapids-class Xeon a zmm permute and a zmm
-  // FMA share port 5 and the permute kernel ran at 0.87x of OpenBLAS (nm_gemm.h).
+  // bench_port_mix, one thread: on the AMD EPYC (Zen 4) loads mixed with permutes fed zmm FMAs at
+  // 3.56-3.60 G/s against 3.6 from registers, and the permute kernel beat the broadcast one
+  // (nm_gemm.h); on the Sapphire-Rapids-class Xeon every mix with permutes ran at or below the
+  // load-fed rate and the permute kernel at 0.87x of OpenBLAS.
   __builtin_cpu_init();
   if (__builtin_cpu_is("amd")) return NmGemmKernel::kPermute;
 #endif
   return NmGemmKernel::kBroadcast;
 }
 
-// Tokens per work item of the permute driver: 256 (measured with the K blocks of 128 chunks,
-// one thread, Zen 4, 2:4: 64 tokens 1.45x, 128 1.48-1.55x, 256 1.51-1.60x of OpenBLAS).
+// Tokens per work item of the permute driver: 256 (measured on a standalone copy of the kernel
+// with K blocks of 128 chunks, one thread, Zen 4, 2:4: 64 tokens 1.45x, 128 1.48-1.55x, 256
+// 1.51-1.60x of OpenBLAS).
 constexpr int64_t kLaneTokenBlock = 256;
 
 }  // namespace
@@ -78,38 +81,38 @@ ScopedNmGemmKernel::~ScopedNmGemmKernel() {
 
 namespace detail {
 
-bool nm_gemm_uses_lanes(const NmGemmOperand& a) {
-#if !defined(NMS_HAVE_AVX512_KERNELS)
-  (void)a;
+bool nm_gemm_lanes_for(NmPattern pattern) {
+#if defined(NMS_HAVE_AVX512_KERNELS)
+  return isa_active() == Isa::kAvx512 && nm_gemm_kernel_active() == NmGemmKernel::kPermute &&
+         kLaneChunk % pattern.m == 0;
+#else
+  (void)pattern;
   return false;
 #endif
-  if (isa_active() != Isa::kAvx512 || nm_gemm_kernel_active() != NmGemmKernel::kPermute ||
-      kLaneChunk % a.pattern.m != 0) {
-    return false;
-  }
-  return std::none_of(a.shared.data(), a.shared.data() + a.shared.size(),
-                      [](uint8_t s) { return s != 0; });
 }
 
-void nm_gemm_pack_lanes(NmGemmOperand& a) {
-  if (!nm_gemm_uses_lanes(a)) {
+void nm_gemm_lanes_from_entries(NmGemmOperand& a) {
+  const NmGemmLayout lay(a.rows, a.depth, a.pattern.n, a.pattern.m);
+  bool shared = false;  // some tile of 2 or more real rows keeps the same columns
+  for (int64_t tile = 0; tile < lay.tiles && !shared; ++tile) {
+    if (a.rows - tile * kNmGemmTileRows < 2) break;
+    for (int64_t db = 0; db < lay.depth_blocks; ++db) {
+      shared = shared || a.shared.data()[db * lay.tiles + tile] != 0;
+    }
+  }
+  if (!nm_gemm_lanes_for(a.pattern) || shared) {
     a.lane_values = AlignedBuffer<float>();
     a.lane_index = AlignedBuffer<int32_t>();
     return;
   }
-  const NmGemmLayout lay(a.rows, a.depth, a.pattern.n, a.pattern.m);
   const NmGemmLaneLayout lanes(a.rows, a.depth, a.pattern.n, a.pattern.m);
   if (a.lane_values.size() != lanes.total()) {
     a.lane_values.resize_for_overwrite(lanes.total());
     a.lane_index.resize_for_overwrite(lanes.total());
   }
   // Slot by slot, the block's 32 rows side by side: two contiguous 128-byte writes per slot, read
-  // from the (at most 7) tiles the block spans, each a stream of 12-float steps. Measured in the
-  // 784-4096-4096-10 MLP's training step (batch 512, one thread, bench_train_step): row by row
-  // (a 128-byte stride per slot) this pass added 58 ms of per-step packing, slot by slot 37 ms,
-  // against 38 ms the permute kernel saves in the forward and backward-data GEMMs. It is memory
-  // bound (the packed entries are read back from DRAM); packing the lane form straight from W and
-  // its mask is the way to remove it.
+  // from the (at most 7) tiles the block spans, each a stream of 12-float steps (row by row, with
+  // a 128-byte stride per slot, it was 1.6x slower).
   const int64_t slots_total = lanes.chunks * lanes.slots_per_chunk;
   parallel_for(lanes.blocks, [&](int64_t b) {
     float* values = a.lane_values.data() + lanes.offset(b, 0, 0);
@@ -123,6 +126,8 @@ void nm_gemm_pack_lanes(NmGemmOperand& a) {
         src[l] = a.packed.data() + lay.entry(r / kNmGemmTileRows, first, r % kNmGemmTileRows);
       }
       const int32_t col0 = static_cast<int32_t>(db * lay.depth_block);
+      // Slot g of the row is slot g mod slots_per_chunk of chunk g / slots_per_chunk: relative
+      // to the block, at g · 32 + l.
       for (int64_t g = first; g < lay.block_last_slot(db); ++g) {
         float* v = values + g * kLaneRows;
         int32_t* x = index + g * kLaneRows;
@@ -142,6 +147,26 @@ void nm_gemm_pack_lanes(NmGemmOperand& a) {
     // Slots of a partial last chunk past the row's slots: never read, zeroed.
     std::fill(values + lay.slots_per_row * kLaneRows, values + slots_total * kLaneRows, 0.0f);
     std::fill(index + lay.slots_per_row * kLaneRows, index + slots_total * kLaneRows, 0);
+  });
+  a.packed = AlignedBuffer<float>();
+  a.shared = AlignedBuffer<uint8_t>();
+}
+
+void nm_gemm_lanes_scalar(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y) {
+  const NmGemmLaneLayout lanes(a.rows, a.depth, a.pattern.n, a.pattern.m);
+  const int64_t slots = a.depth / a.pattern.m * a.pattern.n;
+  parallel_for(x.rows(), [&](int64_t t) {
+    const float* xr = x.row(t);
+    for (int64_t r = 0; r < a.rows; ++r) {
+      const int64_t at = lanes.offset(r / kLaneRows, 0, 0) + r % kLaneRows;
+      float acc = 0.0f;
+      for (int64_t g = 0; g < slots; ++g) {
+        const int64_t col =
+            g / lanes.slots_per_chunk * kLaneChunk + a.lane_index.data()[at + g * kLaneRows];
+        acc = std::fma(xr[col], a.lane_values.data()[at + g * kLaneRows], acc);
+      }
+      y(t, r) = acc;
+    }
   });
 }
 

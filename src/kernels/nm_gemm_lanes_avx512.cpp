@@ -10,7 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "kernels/nm_gemm_lanes.h"
+#include "kernels/nm_gemm_lanes_layout.h"
 
 namespace nms::detail {
 namespace {
@@ -18,8 +18,9 @@ namespace {
 constexpr int kTileTokens = 8;
 // Chunks per K block: 128 (2048 columns). The Y tile is stored and reloaded once per K block; the
 // block's slab of one row block (128 chunks x 8 slots x 32 rows x 8 bytes = 256 KB at 2:4) stays
-// in L2 for the token block. Measured at 2:4, one thread, Zen 4 (speedup vs OpenBLAS, T 8192 x
-// 768 -> 3072 / 2048^3): 16 chunks 1.29x, 32 1.36 / 1.44x, 64 1.49 / 1.52x, 128 1.48 / 1.52-1.55x.
+// in L2 for the token block. Measured on a standalone copy of the kernel at 2:4, one thread, Zen 4
+// (speedup vs OpenBLAS, T 8192 x 768 -> 3072 / 2048^3): 16 chunks 1.29x, 32 1.36 / 1.44x, 64
+// 1.49 / 1.52x, 128 1.48 / 1.52-1.55x.
 constexpr int64_t kDepthChunks = 128;
 
 inline __mmask16 first_lanes(int64_t count) {

@@ -136,7 +136,7 @@ void detail::nm_gemm_pack_entries_into(const CompressedNm& c, NmGemmOperand& dst
 
 void nm_gemm_pack_into(const CompressedNm& compressed, NmGemmOperand& dst) {
   detail::nm_gemm_pack_entries_into(compressed, dst);
-  detail::nm_gemm_pack_lanes(dst);
+  detail::nm_gemm_lanes_from_entries(dst);
 }
 
 NmGemmOperand nm_gemm_pack(const CompressedNm& compressed) {

@@ -1,4 +1,4 @@
-// PRIVATE header: the AVX-512 2:4 run packer of nm_gemm_pack_masked_into
+// PRIVATE header: the AVX-512 2:4 packers of nm_gemm_pack_masked_into
 // (nm_gemm_pack24_avx512.cpp, the only unit built with its flags; called after the isa_active()
 // check). Plain types only.
 #pragma once
@@ -17,5 +17,13 @@ namespace nms::detail {
 bool nm_gemm_pack_run24_avx512(const float* const rows[kNmGemmTileRows],
                                const uint64_t* const mask_rows[kNmGemmTileRows], int64_t col0,
                                int64_t width, float* run);
+
+// Row l of a block of the lane form (nm_gemm_lanes_layout.h), chunks [c_begin, c_end) of a 2:4
+// operand of `depth` columns, into the stage: slot s of chunk c at
+// stage[((c - c_begin) · 8 + s) · 32 + l] (values and lanes). `row` is the row of A, `mask_row`
+// its mask words. Returns false, the stage partly written, when a group keeps more than 2.
+bool nm_gemm_pack_lanes24_avx512(const float* row, const uint64_t* mask_row, int64_t c_begin,
+                                 int64_t c_end, int64_t depth, int64_t l, float* stage_values,
+                                 int32_t* stage_lanes);
 
 }  // namespace nms::detail

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <bit>
 #include <cstring>
+#include <type_traits>
 
 #include "core/bits.h"
 #include "core/parallel.h"
@@ -37,11 +38,11 @@ inline uint64_t row_bits(const uint64_t* words, int64_t pos, int len) {
   return len == 64 ? bits : bits & ((uint64_t{1} << len) - 1);
 }
 
-// One row's group at columns [c0, c0 + m): the kept in-group indices in increasing order, padded
-// to n with the lowest unkept ones (value 0), written to entries e[(j * 6) * 2] of slot j.
-// Returns false when the group keeps more than n.
-template <int kN, int kM>
-inline bool pack_group_row(const float* src, uint64_t real, int64_t col_in_block, float* e, int n) {
+// One row's group: its mask bits `real` over values src[0 .. m): the kept in-group indices in
+// increasing order, padded to n with the lowest unkept ones (value 0), as emit(slot j, value,
+// in-group index). Returns false when the group keeps more than n.
+template <int kN, int kM, class Emit>
+inline bool pack_group_row(const float* src, uint64_t real, int n, Emit&& emit) {
   const int nn = kN > 0 ? kN : n;
   // Groups of at most 4: the nibble's popcount from a 16-entry table in a constant (the library is
   // built for baseline x86-64, without POPCNT: the bit-twiddling count was ~30 % of the 2:4 time).
@@ -54,11 +55,20 @@ inline bool pack_group_row(const float* src, uint64_t real, int64_t col_in_block
   for (int j = 0; j < nn; ++j) {
     const int i = std::countr_zero(kept);
     kept &= kept - 1;
-    const auto offset = static_cast<int32_t>((col_in_block + i) * kNmGemmPanel);
-    e[j * kNmGemmTileRows * 2] = ((real >> i) & 1) != 0 ? src[i] : 0.0f;
-    std::memcpy(e + j * kNmGemmTileRows * 2 + 1, &offset, sizeof(offset));
+    emit(j, ((real >> i) & 1) != 0 ? src[i] : 0.0f, i);
   }
   return true;
+}
+
+// The broadcast form's entries of one row's group: slot j at e[(j * 6) * 2], {value, offset}.
+template <int kN, int kM>
+inline bool pack_group_entries(const float* src, uint64_t real, int64_t col_in_block, float* e,
+                               int n) {
+  return pack_group_row<kN, kM>(src, real, n, [&](int j, float value, int i) {
+    const auto offset = static_cast<int32_t>((col_in_block + i) * kNmGemmPanel);
+    e[j * kNmGemmTileRows * 2] = value;
+    std::memcpy(e + j * kNmGemmTileRows * 2 + 1, &offset, sizeof(offset));
+  });
 }
 
 // Copies `count` floats (a multiple of 4) to a 16-byte aligned dst with non-temporal stores.
@@ -126,7 +136,7 @@ void pack_tiles(ConstMatrixViewF a, const BitMask& mask, int n, int m,
         const uint64_t real = (64 % mm == 0)
                                   ? (mask.row_words(r)[c0 >> 6] >> (c0 & 63)) & group_mask
                                   : row_bits(mask.row_words(r), c0, mm);
-        if (!pack_group_row<kN, kM>(a.row(r) + c0, real, gi * mm, el, nn)) {
+        if (!pack_group_entries<kN, kM>(a.row(r) + c0, real, gi * mm, el, nn)) {
           failed.store(true, std::memory_order_relaxed);
           return;
         }
@@ -135,6 +145,133 @@ void pack_tiles(ConstMatrixViewF a, const BitMask& mask, int n, int m,
     if (stream) stream_copy(dst, run, e - run);
   }
   if (stream) _mm_sfence();
+}
+
+// Chunks of the lane form staged at once per block of 32 rows: 16 (at most 16 slots per chunk:
+// 2 x 16 x 16 x 32 x 4 bytes = 64 KB, in L1 / L2 while the 32 rows are read, each 16 x 64 bytes
+// in a row). Chunk by chunk with the rows side by side the reads were 32 streams 16 KB apart and
+// the packer took 21-89 ms at 4096 x 4096, 2:4, one thread (13-14 ms for the entries form).
+constexpr int64_t kLaneStageChunks = 16;
+
+// The permute kernel's lane form of rows [32 b, 32 b + 32) (nm_gemm_lanes_layout.h), staged
+// kLaneStageChunks chunks at a time and copied out (streamed when `stream`). An over-full group
+// sets `failed` and ends the block.
+template <int kN, int kM>
+void pack_lane_block(ConstMatrixViewF a, const BitMask& mask, int n, int m,
+                     const detail::NmGemmLaneLayout& lanes, float* values, int32_t* index,
+                     bool stream, std::atomic<bool>& failed, int64_t b) {
+  const int nn = kN > 0 ? kN : n;
+  const int mm = kM > 0 ? kM : m;
+  const uint64_t group_mask = (uint64_t{1} << mm) - 1;  // m divides 16
+  const int64_t per_chunk = lanes.slots_per_chunk;
+  constexpr int64_t kStageFloats = kLaneStageChunks * detail::kLaneChunk * detail::kLaneRows;
+  alignas(64) float stage_v[kStageFloats];
+  alignas(64) int32_t stage_x[kStageFloats];
+  for (int64_t c_begin = 0; c_begin < lanes.chunks; c_begin += kLaneStageChunks) {
+    const int64_t c_end = std::min(lanes.chunks, c_begin + kLaneStageChunks);
+    for (int64_t l = 0; l < detail::kLaneRows; ++l) {
+      const int64_t r = b * detail::kLaneRows + l;
+#ifdef NMS_HAVE_AVX512_KERNELS
+      // nm_gemm_lanes_for: the lane form is packed at the AVX-512 level only.
+      if (kN == 2 && kM == 4 && r < a.rows()) {
+        if (!detail::nm_gemm_pack_lanes24_avx512(a.row(r), mask.row_words(r), c_begin, c_end,
+                                                 a.cols(), l, stage_v, stage_x)) {
+          failed.store(true, std::memory_order_relaxed);
+          return;
+        }
+        continue;
+      }
+#endif
+      for (int64_t c = c_begin; c < c_end; ++c) {
+        const int64_t c0 = c * detail::kLaneChunk;
+        const int cols = static_cast<int>(std::min<int64_t>(detail::kLaneChunk, a.cols() - c0));
+        float* v = stage_v + (c - c_begin) * per_chunk * detail::kLaneRows;
+        int32_t* x = stage_x + (c - c_begin) * per_chunk * detail::kLaneRows;
+        int64_t s = 0;
+        if (r < a.rows()) {
+          const uint64_t bits = row_bits(mask.row_words(r), c0, cols);
+          for (int gi = 0; gi < cols / mm; ++gi, s += nn) {
+            const int lane0 = gi * mm;
+            const bool ok =
+                pack_group_row<kN, kM>(a.row(r) + c0 + lane0, (bits >> lane0) & group_mask, nn,
+                                       [&](int j, float value, int in_group) {
+                                         v[(s + j) * detail::kLaneRows + l] = value;
+                                         x[(s + j) * detail::kLaneRows + l] = lane0 + in_group;
+                                       });
+            if (!ok) {
+              failed.store(true, std::memory_order_relaxed);
+              return;
+            }
+          }
+        }
+        // Padding rows, and a partial last chunk's slots past its groups (never read): 0, lane 0.
+        for (; s < per_chunk; ++s) {
+          v[s * detail::kLaneRows + l] = 0.0f;
+          x[s * detail::kLaneRows + l] = 0;
+        }
+      }
+    }
+    const int64_t count = (c_end - c_begin) * per_chunk * detail::kLaneRows;  // a multiple of 32
+    float* dst_v = values + lanes.offset(b, c_begin, 0);
+    float* dst_x = reinterpret_cast<float*>(index + lanes.offset(b, c_begin, 0));
+    if (stream) {
+      stream_copy(dst_v, stage_v, count);
+      stream_copy(dst_x, reinterpret_cast<const float*>(stage_x), count);
+    } else {
+      std::memcpy(dst_v, stage_v, count * sizeof(float));
+      std::memcpy(dst_x, stage_x, count * sizeof(int32_t));
+    }
+  }
+  if (stream) _mm_sfence();
+}
+
+// Whether some tile of 6 rows (at least 2 of them real) keeps the same columns in some depth
+// block: a vector-wise mask, which the broadcast kernel's reuse path serves (on Zen 4 at --
+// vectorwise 48: 1.51-1.78x against 1.38-1.86x on the permute kernel at 2:4, 2.32-3.64x against
+// 2.06-2.10x at 1:4, one run beside a build).
+bool tiles_share_columns(const BitMask& mask, const detail::NmGemmLayout& lay) {
+  for (int64_t tile = 0; tile < lay.tiles; ++tile) {
+    const int64_t r0 = tile * kNmGemmTileRows;
+    const int64_t real = std::min<int64_t>(kNmGemmTileRows, mask.rows() - r0);
+    for (int64_t db = 0; real >= 2 && db < lay.depth_blocks; ++db) {
+      bool same = true;
+      for (int64_t c = db * lay.depth_block; same && c < db * lay.depth_block + lay.block_width(db);
+           c += 64) {
+        const int len =
+            static_cast<int>(std::min<int64_t>(64, db * lay.depth_block + lay.block_width(db) - c));
+        const uint64_t first = row_bits(mask.row_words(r0), c, len);
+        for (int64_t l = 1; same && l < real; ++l) {
+          same = row_bits(mask.row_words(r0 + l), c, len) == first;
+        }
+      }
+      if (same) return true;
+    }
+  }
+  return false;
+}
+
+// Calls f(kN, kM) with compile-time n and m for the common patterns, (0, 0) for the others
+// (unrolled loops, a constant group mask: 2:4 at 2048 x 2048, one thread: 6.7 ms with runtime n
+// and m, 3.6 ms compile-time, 2.8 ms with the table popcount).
+template <class F>
+void with_pattern(NmPattern p, F&& f) {
+  using std::integral_constant;
+  if (p == NmPattern{2, 4}) return f(integral_constant<int, 2>{}, integral_constant<int, 4>{});
+  if (p == NmPattern{1, 4}) return f(integral_constant<int, 1>{}, integral_constant<int, 4>{});
+  if (p == NmPattern{1, 2}) return f(integral_constant<int, 1>{}, integral_constant<int, 2>{});
+  if (p == NmPattern{4, 8}) return f(integral_constant<int, 4>{}, integral_constant<int, 8>{});
+  f(integral_constant<int, 0>{}, integral_constant<int, 0>{});
+}
+
+// Names the first over-full group in row-major order, whatever thread found one.
+void throw_first_overfull_group(const BitMask& mask, int n, int m) {
+  for (int64_t r = 0; r < mask.rows(); ++r) {
+    for (int64_t c0 = 0; c0 < mask.cols(); c0 += m) {
+      const int count = detail::popcount64(row_bits(mask.row_words(r), c0, m));
+      NMS_CHECK(count <= n, "row ", r, " group ", c0 / m, " (columns ", c0, "..", c0 + m - 1,
+                ") keeps ", count, " > n (", n, ")");
+    }
+  }
 }
 
 }  // namespace
@@ -153,37 +290,44 @@ void nm_gemm_pack_masked_into(ConstMatrixViewF a, const BitMask& mask, NmPattern
   dst.depth = k;
   dst.pattern = pattern;
   const detail::NmGemmLayout lay(r_count, k, n, m);
+  std::atomic<bool> failed{false};
+  if (detail::nm_gemm_lanes_for(pattern) && !tiles_share_columns(mask, lay)) {
+    // The permute kernel's form only, straight from A and the mask (its 2:4 rows by the AVX-512
+    // packer): 21 ms at 4096 x 4096, 2:4, one thread, against 13 ms for the entries form (27 ms
+    // with the scalar group loop; bench_mask_pack --benchmark_filter=NmGemmPackMasked). Before,
+    // the lanes came from the entries in a second pass that read them back from memory (37 ms
+    // more per training step of the 4096 MLP, and 64 MB more per operand).
+    const detail::NmGemmLaneLayout lanes(r_count, k, n, m);
+    const bool stream = lanes.total() >= kStreamFloats;  // as the entries form, below
+    if (dst.lane_values.size() != lanes.total()) {
+      dst.lane_values.resize_for_overwrite(lanes.total());
+      dst.lane_index.resize_for_overwrite(lanes.total());
+    }
+    with_pattern(pattern, [&](auto kn, auto km) {
+      detail::parallel_for(lanes.blocks, [&](int64_t b) {
+        pack_lane_block<kn(), km()>(a, mask, n, m, lanes, dst.lane_values.data(),
+                                    dst.lane_index.data(), stream, failed, b);
+      });
+    });
+    if (failed.load()) throw_first_overfull_group(mask, n, m);
+    dst.packed = AlignedBuffer<float>();
+    dst.shared = AlignedBuffer<uint8_t>();
+    return;
+  }
   if (dst.packed.size() != lay.total_floats()) dst.packed.resize_for_overwrite(lay.total_floats());
-  // The common patterns get compile-time n and m (unrolled loops, a constant group mask): 2:4 at
-  // 2048 x 2048, one thread: 6.7 ms with runtime n and m, 3.6 ms compile-time, 2.8 ms with the
-  // table popcount.
-  using Packer = void (*)(ConstMatrixViewF, const BitMask&, int, int, const detail::NmGemmLayout&,
-                          float*, bool, bool, std::atomic<bool>&, int64_t);
-  Packer packer = pack_tiles<0, 0>;
-  if (pattern == NmPattern{2, 4}) packer = pack_tiles<2, 4>;
-  if (pattern == NmPattern{1, 4}) packer = pack_tiles<1, 4>;
-  if (pattern == NmPattern{1, 2}) packer = pack_tiles<1, 2>;
-  if (pattern == NmPattern{4, 8}) packer = pack_tiles<4, 8>;
   // Runs are 16-byte aligned (each is a whole number of 48-byte (slot, tile) pairs from the
   // 64-byte aligned buffer), as _mm_stream_ps needs.
   const bool stream = lay.total_floats() >= kStreamFloats;
   const bool simd = isa_active() == Isa::kAvx512;  // 2:4 runs: nm_gemm_pack24_avx512.cpp
-  std::atomic<bool> failed{false};
-  detail::parallel_for(lay.tiles, [&](int64_t tile) {
-    packer(a, mask, n, m, lay, dst.packed.data(), stream, simd, failed, tile);
+  with_pattern(pattern, [&](auto kn, auto km) {
+    detail::parallel_for(lay.tiles, [&](int64_t tile) {
+      pack_tiles<kn(), km()>(a, mask, n, m, lay, dst.packed.data(), stream, simd, failed, tile);
+    });
   });
-  if (failed.load()) {
-    // Report the first over-full group in row-major order, whatever thread found one.
-    for (int64_t r = 0; r < r_count; ++r) {
-      for (int64_t c0 = 0; c0 < k; c0 += m) {
-        const int count = detail::popcount64(row_bits(mask.row_words(r), c0, m));
-        NMS_CHECK(count <= n, "row ", r, " group ", c0 / m, " (columns ", c0, "..", c0 + m - 1,
-                  ") keeps ", count, " > n (", n, ")");
-      }
-    }
-  }
+  if (failed.load()) throw_first_overfull_group(mask, n, m);
   detail::mark_shared_tiles(dst);
-  detail::nm_gemm_pack_lanes(dst);
+  dst.lane_values = AlignedBuffer<float>();
+  dst.lane_index = AlignedBuffer<int32_t>();
 }
 
 }  // namespace nms

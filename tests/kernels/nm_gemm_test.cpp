@@ -66,6 +66,31 @@ std::string describe(const Case& c) {
          std::to_string(c.tokens) + " K" + std::to_string(c.depth) + " R" + std::to_string(c.rows);
 }
 
+// Every buffer of two operands, byte for byte (each holds one form: entries or lanes).
+void expect_same_operand(const NmGemmOperand& got, const NmGemmOperand& want) {
+  ASSERT_EQ(got.rows, want.rows);
+  ASSERT_EQ(got.depth, want.depth);
+  ASSERT_EQ(got.packed.size(), want.packed.size());
+  ASSERT_EQ(std::memcmp(got.packed.data(), want.packed.data(), want.packed.size() * 4), 0);
+  ASSERT_EQ(got.shared.size(), want.shared.size());
+  ASSERT_EQ(std::memcmp(got.shared.data(), want.shared.data(), want.shared.size()), 0);
+  ASSERT_EQ(got.lane_values.size(), want.lane_values.size());
+  ASSERT_EQ(
+      std::memcmp(got.lane_values.data(), want.lane_values.data(), want.lane_values.size() * 4), 0);
+  ASSERT_EQ(got.lane_index.size(), want.lane_index.size());
+  ASSERT_EQ(std::memcmp(got.lane_index.data(), want.lane_index.data(), want.lane_index.size() * 4),
+            0);
+}
+
+// Whether some tile of 2 or more real rows of an entries-form operand keeps the same columns.
+bool reuses_columns(const NmGemmOperand& a) {
+  const int64_t tiles = (a.rows + kNmGemmTileRows - 1) / kNmGemmTileRows;
+  for (int64_t i = 0; i < a.shared.size(); ++i) {
+    if (a.shared.data()[i] != 0 && a.rows - i % tiles * kNmGemmTileRows >= 2) return true;
+  }
+  return false;
+}
+
 // Runs one case on the N:M matrix d (A = d for kRows, dᵀ for kCols) at every ISA level; checks
 // the tolerance and bitwise equality across levels.
 void check_matrix(const Case& c, const Matrix& d, uint64_t seed, int64_t pad = 0) {
@@ -93,18 +118,20 @@ void check_matrix(const Case& c, const Matrix& d, uint64_t seed, int64_t pad = 0
     }
   }
   Matrix first;
-  // Both AVX-512 kernels (an operand packed under `permute` carries its lane form and runs the
-  // permute kernel at the AVX-512 level; the other levels ignore it).
+  bool reuse = false;  // from the broadcast packing, the first
+  // Both AVX-512 kernels (an operand packed under `permute` has the lane form: the permute kernel
+  // at the AVX-512 level, its scalar path below).
   for (NmGemmKernel kernel : {NmGemmKernel::kBroadcast, NmGemmKernel::kPermute}) {
     ScopedNmGemmKernel scoped_kernel(kernel);
     const NmGemmOperand a = nm_gemm_pack(comp);
     ASSERT_EQ(a.rows, c.rows);
     ASSERT_EQ(a.depth, c.depth);
+    // One form: the lanes for permute on an AVX-512 CPU (m | 16, no tile reusing its columns).
+    if (kernel == NmGemmKernel::kBroadcast) reuse = reuses_columns(a);
     const bool lanes = kernel == NmGemmKernel::kPermute && isa_supported() == Isa::kAvx512 &&
-                       16 % c.pattern.m == 0 &&
-                       std::all_of(a.shared.data(), a.shared.data() + a.shared.size(),
-                                   [](uint8_t v) { return v == 0; });
+                       16 % c.pattern.m == 0 && !reuse;
     ASSERT_EQ(a.lane_values.size() > 0, lanes) << nm_gemm_kernel_name(kernel);
+    ASSERT_EQ(a.packed.size() > 0, !lanes) << nm_gemm_kernel_name(kernel);
     for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
       if (isa > isa_supported()) continue;
       ScopedIsa level(isa);
@@ -244,10 +271,19 @@ TEST(NmGemm, SharedColumnsTakeTheReusePathWithTheSameResults) {
     Matrix w = testing::random_matrix(37, 192, seed++);
     Matrix scores(37, 192);
     for (int64_t k = 0; k < w.size(); ++k) scores.data()[k] = std::fabs(w.data()[k]);
-    apply_mask(w.view(), mask_nm_vectorwise(scores.view(), p, 12));
-    const NmGemmOperand a = nm_gemm_pack(nm_compress(w.view(), p));
-    for (int64_t k = 0; k < a.shared.size(); ++k) ASSERT_EQ(a.shared.data()[k], 1) << k;
-    ASSERT_EQ(a.lane_values.size(), 0);  // shared tiles take the reuse path, never the lanes
+    const BitMask mask = mask_nm_vectorwise(scores.view(), p, 12);
+    apply_mask(w.view(), mask);
+    // Under either kernel and by either packer: the entries form, every tile shared (the reuse
+    // path, never the lanes).
+    for (NmGemmKernel kernel : {NmGemmKernel::kBroadcast, NmGemmKernel::kPermute}) {
+      ScopedNmGemmKernel scoped(kernel);
+      const NmGemmOperand a = nm_gemm_pack(nm_compress(w.view(), p));
+      for (int64_t k = 0; k < a.shared.size(); ++k) ASSERT_EQ(a.shared.data()[k], 1) << k;
+      ASSERT_EQ(a.lane_values.size(), 0);
+      NmGemmOperand masked;
+      nm_gemm_pack_masked_into(w.view(), mask, p, masked);
+      expect_same_operand(masked, a);
+    }
     check_matrix({70, 192, 37, p, NmAxis::kRows}, w, seed++, 2);
   }
   {  // Several row chunks and panel groups.
@@ -288,8 +324,15 @@ TEST(NmGemm, SameBitsForOneAndTwoThreads) {
 
 TEST(NmGemm, ScratchBytes) {
   const Matrix d = random_nm(100, 256, {2, 4}, NmAxis::kRows, 7);
-  const NmGemmOperand a = nm_gemm_pack(nm_compress(d.view(), {2, 4}));
   ScopedNumThreads threads(1);
+  if (isa_supported() == Isa::kAvx512) {  // the permute kernel keeps no scratch
+    ScopedNmGemmKernel permute(NmGemmKernel::kPermute);
+    const NmGemmOperand lanes = nm_gemm_pack(nm_compress(d.view(), {2, 4}));
+    ASSERT_GT(lanes.lane_values.size(), 0);
+    EXPECT_EQ(nm_gemm_scratch_bytes(lanes), 0);
+  }
+  ScopedNmGemmKernel broadcast(NmGemmKernel::kBroadcast);
+  const NmGemmOperand a = nm_gemm_pack(nm_compress(d.view(), {2, 4}));
   {
     ScopedIsa level(Isa::kScalar);
     EXPECT_EQ(nm_gemm_scratch_bytes(a), 0);
@@ -318,11 +361,20 @@ TEST(NmGemm, ScratchBytes) {
 
 TEST(NmGemm, PackIntoReusesBuffers) {
   const Matrix d = random_nm(64, 64, {2, 4}, NmAxis::kRows, 8);
-  NmGemmOperand a;
-  nm_gemm_pack_into(nm_compress(d.view(), {2, 4}), a);
-  const float* v = a.packed.data();
-  nm_gemm_pack_into(nm_compress(d.view(), {2, 4}), a);
-  EXPECT_EQ(v, a.packed.data());
+  const BitMask mask = mask_nm_magnitude(d.view(), {2, 4});
+  for (NmGemmKernel kernel : {NmGemmKernel::kBroadcast, NmGemmKernel::kPermute}) {
+    ScopedNmGemmKernel scoped(kernel);
+    NmGemmOperand a;
+    nm_gemm_pack_masked_into(d.view(), mask, {2, 4}, a);
+    // The buffer of the operand's form (the lanes for permute on an AVX-512 CPU).
+    const auto form = [&] {
+      return a.lane_values.size() > 0 ? a.lane_values.data() : a.packed.data();
+    };
+    const float* v = form();
+    ASSERT_NE(v, nullptr);
+    nm_gemm_pack_masked_into(d.view(), mask, {2, 4}, a);
+    EXPECT_EQ(v, form()) << nm_gemm_kernel_name(kernel);
+  }
 }
 
 TEST(NmGemm, Errors) {
@@ -370,16 +422,16 @@ void expect_pack_masked_equals_pack(NmPattern p, int64_t rows, int64_t groups) {
       for (int j = 0; j < keep; ++j) mask.set(r, g * p.m + (j * 3 + r) % p.m);
     }
   }
-  // (j * 3 + r) % m may repeat: the set then keeps fewer, which is still valid.
-  const NmGemmOperand want = nm_gemm_pack(nm_compress_masked(av, mask, p));
-  NmGemmOperand got;
-  nm_gemm_pack_masked_into(av, mask, p, got);
-  ASSERT_EQ(got.rows, want.rows);
-  ASSERT_EQ(got.depth, want.depth);
-  ASSERT_EQ(got.packed.size(), want.packed.size());
-  ASSERT_EQ(std::memcmp(got.packed.data(), want.packed.data(), want.packed.size() * 4), 0);
-  ASSERT_EQ(got.shared.size(), want.shared.size());
-  ASSERT_EQ(std::memcmp(got.shared.data(), want.shared.data(), want.shared.size()), 0);
+  // (j * 3 + r) % m may repeat: the set then keeps fewer, which is still valid. Both forms: the
+  // masked route packs the lanes straight from the mask, the compressed one from its entries.
+  for (NmGemmKernel kernel : {NmGemmKernel::kBroadcast, NmGemmKernel::kPermute}) {
+    SCOPED_TRACE(std::string(nm_gemm_kernel_name(kernel)));
+    ScopedNmGemmKernel scoped(kernel);
+    const NmGemmOperand want = nm_gemm_pack(nm_compress_masked(av, mask, p));
+    NmGemmOperand got;
+    nm_gemm_pack_masked_into(av, mask, p, got);
+    expect_same_operand(got, want);
+  }
 }
 
 TEST(NmGemmPackMasked, EqualsPackOfTheCompressedMatrix) {
@@ -424,21 +476,24 @@ TEST(NmGemmPackMasked, TwoOfFourRunsAtEveryLevel) {
           }
           if (variant == 2) {
             for (int64_t c = c0; c < c0 + 4; ++c) mask.set(r, c, c < c0 + 3);
-            NmGemmOperand op;
-            testing::expect_error(
-                [&] {
-                  nm_gemm_pack_masked_into(a.view(), mask, {2, 4}, op);
-                },
-                "keeps 3 > n (2)");
+            for (NmGemmKernel kernel : {NmGemmKernel::kBroadcast, NmGemmKernel::kPermute}) {
+              ScopedNmGemmKernel scoped_kernel(kernel);
+              NmGemmOperand op;
+              testing::expect_error(
+                  [&] {
+                    nm_gemm_pack_masked_into(a.view(), mask, {2, 4}, op);
+                  },
+                  "keeps 3 > n (2)");
+            }
             continue;
           }
-          const NmGemmOperand want = nm_gemm_pack(nm_compress_masked(a.view(), mask, {2, 4}));
-          NmGemmOperand got;
-          nm_gemm_pack_masked_into(a.view(), mask, {2, 4}, got);
-          ASSERT_EQ(got.packed.size(), want.packed.size());
-          ASSERT_EQ(std::memcmp(got.packed.data(), want.packed.data(), want.packed.size() * 4), 0);
-          ASSERT_EQ(got.shared.size(), want.shared.size());
-          ASSERT_EQ(std::memcmp(got.shared.data(), want.shared.data(), want.shared.size()), 0);
+          for (NmGemmKernel kernel : {NmGemmKernel::kBroadcast, NmGemmKernel::kPermute}) {
+            ScopedNmGemmKernel scoped_kernel(kernel);
+            const NmGemmOperand want = nm_gemm_pack(nm_compress_masked(a.view(), mask, {2, 4}));
+            NmGemmOperand got;
+            nm_gemm_pack_masked_into(a.view(), mask, {2, 4}, got);
+            expect_same_operand(got, want);
+          }
         }
       }
     }

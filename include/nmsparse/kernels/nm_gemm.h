@@ -54,14 +54,17 @@
 // Zen 4) ran at 0.87x here.
 //
 // Two AVX-512 micro-kernels (NmGemmKernel): `broadcast`, the token-vectorised kernel above, and
-// `permute`, the output-vectorised kernel of research/kernels.md (src/kernels/nm_gemm_lanes.h:
-// lanes = 16 rows of A, X read row-major, each kept value's X brought to its lane by vpermps on a
-// stored lane index; m must divide 16). Which one suits a CPU is a matter of its ports: on the
-// Xeon above the permute kernel ran at 0.87x of OpenBLAS; on Zen 4 (AMD EPYC VM, one thread,
-// 2:4) at 1.34-1.48x where the broadcast kernel ran at 1.11-1.28x (`nmsparse bench kernels`). The
-// default is permute on AMD CPUs and broadcast elsewhere; NMSPARSE_NM_GEMM=broadcast|permute or
-// set_nm_gemm_kernel() override it. An operand is packed for the kernel active when it is packed
-// (its lane form is built only for permute) and runs it while the level stays AVX-512.
+// `permute`, the output-vectorised kernel of research/kernels.md
+// (src/kernels/nm_gemm_lanes_layout.h: lanes = 16 rows of A, X read row-major, each kept value's X
+// brought to its lane by vpermps on a stored lane index; m must divide 16). Which one suits a CPU
+// is a matter of its ports: on the Xeon above the permute kernel ran at 0.87x of OpenBLAS; on Zen 4
+// (AMD EPYC VM, one thread, 2:4) at 1.34-1.48x where the broadcast kernel ran at 1.11-1.28x
+// (`nmsparse bench kernels`). The default is permute on AMD CPUs and broadcast elsewhere;
+// NMSPARSE_NM_GEMM=broadcast|permute or set_nm_gemm_kernel() override it. An operand is packed for
+// the kernel and level active when it is packed: in one form only, the lane form for permute (when
+// m divides 16 and no tile keeps the same columns in all its rows: those take the broadcast
+// kernel's reuse path), the entries otherwise. Each form has its scalar path for lower levels, with
+// the same results.
 //
 // Results: every output element is the chain of fused multiply-adds over its kept products in
 // increasing column order, starting from 0, at every ISA level (isa.h) and any thread count, so
@@ -88,14 +91,14 @@ struct NmGemmOperand {
   int64_t depth = 0;  // K: reduction length
   NmPattern pattern;
   // Per tile of 6 rows, per kept slot, per row: {value, panel offset}
-  // (src/kernels/nm_gemm_layout.h).
+  // (src/kernels/nm_gemm_layout.h). Empty when the operand has the lane form.
   AlignedBuffer<float> packed;
   // Per depth block and tile: 1 when the tile's rows keep the same columns in that block (e.g. a
   // vector-wise mask, nmsparse/mask/vectorwise.h): the kernel then loads each panel row once for
   // all 6 rows instead of once per row.
   AlignedBuffer<uint8_t> shared;
-  // The permute kernel's form of the same entries (src/kernels/nm_gemm_lanes.h); empty when the
-  // operand was packed for the broadcast kernel.
+  // The permute kernel's form (src/kernels/nm_gemm_lanes_layout.h): per block of 32 rows, per
+  // kept slot, 32 values and 32 in-chunk column indices. Empty when the operand has the entries.
   AlignedBuffer<float> lane_values;
   AlignedBuffer<int32_t> lane_index;
 };
