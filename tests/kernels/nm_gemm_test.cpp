@@ -66,20 +66,24 @@ std::string describe(const Case& c) {
          std::to_string(c.tokens) + " K" + std::to_string(c.depth) + " R" + std::to_string(c.rows);
 }
 
-// Every buffer of two operands, byte for byte (each holds one form: entries or lanes).
+// Every buffer of two operands, byte for byte (each holds one form: entries or lanes; an empty
+// buffer has no data pointer, which memcmp must not get).
+template <class T>
+void expect_same_buffer(const AlignedBuffer<T>& got, const AlignedBuffer<T>& want,
+                        const char* name) {
+  ASSERT_EQ(got.size(), want.size()) << name;
+  if (want.size() > 0) {
+    ASSERT_EQ(std::memcmp(got.data(), want.data(), sizeof(T) * want.size()), 0) << name;
+  }
+}
+
 void expect_same_operand(const NmGemmOperand& got, const NmGemmOperand& want) {
   ASSERT_EQ(got.rows, want.rows);
   ASSERT_EQ(got.depth, want.depth);
-  ASSERT_EQ(got.packed.size(), want.packed.size());
-  ASSERT_EQ(std::memcmp(got.packed.data(), want.packed.data(), want.packed.size() * 4), 0);
-  ASSERT_EQ(got.shared.size(), want.shared.size());
-  ASSERT_EQ(std::memcmp(got.shared.data(), want.shared.data(), want.shared.size()), 0);
-  ASSERT_EQ(got.lane_values.size(), want.lane_values.size());
-  ASSERT_EQ(
-      std::memcmp(got.lane_values.data(), want.lane_values.data(), want.lane_values.size() * 4), 0);
-  ASSERT_EQ(got.lane_index.size(), want.lane_index.size());
-  ASSERT_EQ(std::memcmp(got.lane_index.data(), want.lane_index.data(), want.lane_index.size() * 4),
-            0);
+  expect_same_buffer(got.packed, want.packed, "packed");
+  expect_same_buffer(got.shared, want.shared, "shared");
+  expect_same_buffer(got.lane_values, want.lane_values, "lane_values");
+  expect_same_buffer(got.lane_index, want.lane_index, "lane_index");
 }
 
 // Whether some tile of 2 or more real rows of an entries-form operand keeps the same columns.
