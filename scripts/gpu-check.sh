@@ -12,6 +12,8 @@
 #                                      cuda_test.json (GoogleTest's report), bench.json
 #                                      (nmsparse_cuda_bench), gpu-check.json (summary), logs
 #   NMS_GPU_QUICK=1 scripts/gpu-check.sh DIR   the benchmark's --quick sizes
+#   NMS_GPU_TEST_TIMEOUT / NMS_GPU_BENCH_TIMEOUT   seconds for the tests (240) and the benchmark
+#                                      (330); the benchmark's JSON keeps every finished section
 #
 # cuSPARSELt is looked for in .deps/cusparselt, then in the Python packages (nvidia-cusparselt-
 # cu13), then by ldconfig; without it the GEMM tests and benchmark say so and the rest runs.
@@ -34,6 +36,10 @@ if [[ "${1:-}" == "--prepare" ]]; then
   scripts/install-deps.sh && scripts/install-deps.sh --cuda || exit 1
   mkdir -p "$build"
   configure_and_build "$build" || { tail -30 "$build/build.log" "$build/configure.log"; exit 1; }
+  # A bare GPU machine may lack the compiler's OpenMP runtime; a copy travels with the build and
+  # is looked up last, after the machine's own.
+  mkdir -p "$build/runtime-libs"
+  cp -L "$(gcc -print-file-name=libgomp.so.1)" "$build/runtime-libs/" || exit 1
   echo "gpu-check: built $test_bin and $bench_bin; carry build-gpu to the GPU machine and run"
   echo "           scripts/gpu-check.sh DIR there"
   exit 0
@@ -52,18 +58,21 @@ fi
 lt_dir=""
 for d in "$root/.deps/cusparselt/nvidia/cu13/lib" \
   $(python3 -c 'import nvidia, os; [print(os.path.join(p, "cu13", "lib")) for p in nvidia.__path__]' 2>/dev/null) \
-  $(python3 -c 'import nvidia.cusparselt, os; print(os.path.join(os.path.dirname(nvidia.cusparselt.__file__), "lib"))' 2>/dev/null); do
+  $(python3 -c 'import nvidia.cusparselt, os; [print(os.path.join(p, "lib")) for p in nvidia.cusparselt.__path__]' 2>/dev/null) \
+  $(find /opt /usr/local /usr/lib -name 'libcusparseLt.so.0' -printf '%h\n' 2>/dev/null | head -1); do
   if [[ -f "$d/libcusparseLt.so.0" ]]; then lt_dir="$d"; break; fi
 done
-[[ -z "$lt_dir" ]] && lt_dir="$(dirname "$(ldconfig -p | awk '/libcusparseLt.so.0/ {print $NF; exit}')" 2>/dev/null)"
-export LD_LIBRARY_PATH="${lt_dir:+$lt_dir:}/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export LD_LIBRARY_PATH="${lt_dir:+$lt_dir:}/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}:$root/$build/runtime-libs"
 echo "gpu-check: cuSPARSELt from '${lt_dir:-nowhere}'" >&2
+for bin in "$test_bin" "$bench_bin"; do
+  [[ -x "$bin" ]] && ldd "$bin" | grep "not found" | sed "s|^|gpu-check: $bin needs |" >&2
+done
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem \
   --format=csv >"$out/nvidia-smi.csv" 2>&1
 
 tests_rc=127
 if [[ -x "$test_bin" ]]; then
-  timeout 240 "$test_bin" --gtest_output="json:$out/cuda_test.json" >"$out/cuda_test.log" 2>&1
+  timeout "${NMS_GPU_TEST_TIMEOUT:-240}" "$test_bin" --gtest_output="json:$out/cuda_test.json" >"$out/cuda_test.log" 2>&1
   tests_rc=$?
   tail -25 "$out/cuda_test.log" >&2
 fi
@@ -71,7 +80,7 @@ bench_rc=127
 if [[ -x "$bench_bin" ]]; then
   quick=()
   [[ "${NMS_GPU_QUICK:-0}" == 1 ]] && quick=(--quick)
-  timeout 330 "$bench_bin" "${quick[@]}" --json "$out/bench.json" >/dev/null 2>"$out/bench.log"
+  timeout "${NMS_GPU_BENCH_TIMEOUT:-330}" "$bench_bin" "${quick[@]}" --json "$out/bench.json" >/dev/null 2>"$out/bench.log"
   bench_rc=$?
   cat "$out/bench.log" >&2
 fi

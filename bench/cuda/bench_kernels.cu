@@ -67,11 +67,39 @@ __global__ void diff_kernel(const uint16_t* a, const uint16_t* b, int64_t count,
   atomicMax(max_ref_bits, __float_as_uint(fabsf(ref)));
 }
 
+__global__ void mask_score_kernel(const float* scores, int64_t cols, int64_t words,
+                                  int64_t words_per_row, const uint64_t* mask, double* sum) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  double part = 0.0;
+  if (t < words) {
+    const float* row = scores + (t / words_per_row) * cols + (t % words_per_row) * 64;
+    for (uint64_t w = mask[t]; w != 0; w &= w - 1)
+      part += row[__ffsll(static_cast<long long>(w)) - 1];
+  }
+  for (int off = 16; off > 0; off /= 2) part += __shfl_xor_sync(0xffffffffu, part, off);
+  if ((threadIdx.x & 31) == 0) atomicAdd(sum, part);
+}
+
 unsigned blocks(int64_t count) {
   return static_cast<unsigned>((count + kThreads - 1) / kThreads);
 }
 
 }  // namespace
+
+double mask_score(const float* scores, int64_t rows, int64_t cols, const uint64_t* words) {
+  detail::DeviceBuffer<double> sum(1);
+  sum.zero();
+  const int64_t words_per_row = (cols + 63) / 64;
+  const int64_t count = rows * words_per_row;
+  if (count > 0) {
+    mask_score_kernel<<<blocks(count), kThreads>>>(scores, cols, count, words_per_row, words,
+                                                   sum.get());
+  }
+  detail::sync_checked("mask_score");
+  double host = 0.0;
+  sum.download(&host, 1);
+  return host;
+}
 
 void fill_scores(float* data, int64_t count, uint64_t seed) {
   if (count > 0) scores_kernel<<<blocks(count), kThreads>>>(data, count, CounterRng(seed, 0));

@@ -20,4 +20,8 @@ void prune24_bf16(uint16_t* data, int64_t rows, int64_t cols, bool along_rows);
 void max_abs_diff_bf16(const uint16_t* a, const uint16_t* b, int64_t count, double* max_diff,
                        double* max_ref);
 
+// Sum of the scores (rows x cols, ld = cols) at the set bits of a BitMask's words, in double
+// (waits for the result; summation order varies, ~1e-15 relative).
+double mask_score(const float* scores, int64_t rows, int64_t cols, const uint64_t* words);
+
 }  // namespace nms::cuda::bench

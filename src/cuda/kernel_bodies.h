@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "core/host_device.h"
 #include "grad/group.h"
@@ -143,12 +144,37 @@ NMS_HD inline void bimask_backward_thread(int64_t t, const float* w, int64_t col
   for (int k = 0; k < m; ++k) words[group_perm[k] * words_per_row + word] = out[k];
 }
 
+// Calls f(std::integral_constant<int, kM>{}) with kM = m for the group sizes that get their own
+// gradient-pruning kernel (m = 2, 4, 8, 16, 32), and kM = 0 (m at run time) for the others.
+template <typename F>
+void with_group_size(int m, F&& f) {
+  switch (m) {
+    case 2:
+      return f(std::integral_constant<int, 2>{});
+    case 4:
+      return f(std::integral_constant<int, 4>{});
+    case 8:
+      return f(std::integral_constant<int, 8>{});
+    case 16:
+      return f(std::integral_constant<int, 16>{});
+    case 32:
+      return f(std::integral_constant<int, 32>{});
+    default:
+      return f(std::integral_constant<int, 0>{});
+  }
+}
+
 // Thread t of gradient pruning: group t (along rows: row t / (cols / m); along columns: rows
 // (t / cols) * m .. + m of column t % cols, so a warp reads consecutive columns).
+// kM > 0 fixes m at compile time (it must equal m): the group loops then unroll and the group
+// stays in registers. With a run-time m, nvcc puts the arrays in local memory (768-byte stack
+// frame), and MVUE 2:4 ran at 863 GB/s, 18 % of an H200's 4.8 TB/s.
+template <int kM = 0>
 NMS_HD inline void grad_prune_thread(int64_t t, const float* g, int64_t rows, int64_t cols,
-                                     int64_t ld, GradMethod method, int n, int m, bool rows_axis,
-                                     const CounterRng& rng, float* out, int64_t ld_out,
-                                     unsigned* bad) {
+                                     int64_t ld, GradMethod method, int n, int m_runtime,
+                                     bool rows_axis, const CounterRng& rng, float* out,
+                                     int64_t ld_out, unsigned* bad) {
+  const int m = kM > 0 ? kM : m_runtime;
   int64_t r0;
   int64_t c0;
   int64_t step_in;
@@ -165,8 +191,8 @@ NMS_HD inline void grad_prune_thread(int64_t t, const float* g, int64_t rows, in
     step_in = ld;
     step_out = ld_out;
   }
-  float in[kMaxGroupSize];
-  float res[kMaxGroupSize];
+  float in[kM > 0 ? kM : kMaxGroupSize];
+  float res[kM > 0 ? kM : kMaxGroupSize];
   bool finite = true;
   for (int i = 0; i < m; ++i) {
     in[i] = g[r0 * ld + c0 + i * step_in];

@@ -8,6 +8,7 @@
 #include "cuda/kernel_bodies.h"
 #include "nmsparse/core/nm_pattern.h"
 #include "nmsparse/grad/prune.h"
+#include "nmsparse/mask/transposable.h"
 
 namespace nms::cuda::detail {
 
@@ -16,6 +17,32 @@ namespace nms::cuda::detail {
 void launch_transposable(const float* scores, int64_t rows, int64_t cols, int64_t ld,
                          NmPattern pattern, TileSolver solver, uint64_t* tile_bits, uint64_t* words,
                          TileCounters* counters);
+
+// ORs the tile rows of tile_bits (launch_transposable's layout) into the BitMask words.
+void launch_assemble_words(const uint64_t* tile_bits, int64_t rows, int64_t cols, int m,
+                           uint64_t* words);
+
+// Counters of the entropic tile kernel (device memory, zeroed by run_entropic).
+struct EntropicCounters {
+  unsigned long long nontrivial;  // tiles that ran the sweeps (not all-zero, n < m)
+  unsigned long long unfinished;  // tiles the rounding left short, finished on the host
+};
+struct EntropicRun {
+  double sweep_ms = 0.0;   // device time of the sweeps and the rounding
+  double finish_ms = 0.0;  // wall time of the host finish (gather, local search, repair,
+                           // scatter) and the word assembly
+  int64_t nontrivial = 0;
+  int64_t unfinished = 0;
+  int64_t finish_steps = 0;  // swaps and augmentations on the host
+};
+// m a power of two in 2..32 (one warp lane per tile row).
+bool entropic_gpu_supports(NmPattern pattern);
+// The entropic solver (src/cuda/entropic.cu) on device scores into `words` (BitMask layout);
+// tile_bits is scratch of rows * (cols / m) words. Waits for the device; the host finishes the
+// tiles the rounding left short. The caller validated the input and the pattern.
+EntropicRun run_entropic(const float* scores, int64_t rows, int64_t cols, int64_t ld,
+                         NmPattern pattern, const EntropicOptions& options, uint64_t* tile_bits,
+                         uint64_t* words);
 
 // Row-wise top-n-of-m mask (mask_nm_rows) into `words`; *bad (zeroed by the caller) becomes
 // nonzero when a score is negative or NaN.

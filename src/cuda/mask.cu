@@ -91,9 +91,15 @@ void launch_transposable(const float* scores, int64_t rows, int64_t cols, int64_
   } else {
     launch_tiles<64>(scores, rows, cols, ld, p, solver, tile_bits, counters);
   }
+  launch_assemble_words(tile_bits, rows, cols, p.m, words);
+}
+
+void launch_assemble_words(const uint64_t* tile_bits, int64_t rows, int64_t cols, int m,
+                           uint64_t* words) {
   const int64_t words_per_row = (cols + 63) / 64;
+  if (rows * words_per_row == 0) return;
   assemble_words<<<blocks_for(rows * words_per_row, kThreads), kThreads>>>(
-      tile_bits, rows * words_per_row, cols, p.m, cols / p.m, words_per_row, words);
+      tile_bits, rows * words_per_row, cols, m, cols / m, words_per_row, words);
 }
 
 void launch_nm_rows(const float* scores, int64_t rows, int64_t cols, int64_t ld, NmPattern p,
@@ -182,11 +188,9 @@ TransposableResult mask_transposable_gpu(ConstMatrixViewF scores, NmPattern patt
     case TransposableSolver::kGreedy:
       return transposable(scores, pattern, detail::TileSolver::kGreedyKeepHeavy, timing);
     case TransposableSolver::kEntropic:
-      break;
+      return mask_transposable_entropic_gpu(scores, pattern, EntropicOptions{}, timing);
   }
-  NMS_THROW("the ", transposable_solver_name(solver),
-            " solver has no GPU implementation; use exact or greedy on the GPU, or the CPU "
-            "solver");
+  NMS_THROW("unknown TransposableSolver ", static_cast<int>(solver));
 }
 
 TransposableResult mask_transposable_greedy_gpu(ConstMatrixViewF scores, NmPattern pattern,

@@ -18,12 +18,13 @@ namespace {
 
 constexpr int kThreads = 256;
 
+template <int kM>
 __global__ void grad_prune_groups(const float* g, int64_t rows, int64_t cols, int64_t ld,
                                   GradMethod method, int n, int m, bool rows_axis, CounterRng rng,
                                   float* out, int64_t ld_out, unsigned* bad) {
   const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t < rows * cols / m) {
-    grad_prune_thread(t, g, rows, cols, ld, method, n, m, rows_axis, rng, out, ld_out, bad);
+    grad_prune_thread<kM>(t, g, rows, cols, ld, method, n, m, rows_axis, rng, out, ld_out, bad);
   }
 }
 
@@ -33,9 +34,12 @@ void launch_grad_prune(const float* g, int64_t rows, int64_t cols, int64_t ld,
                        const GradPruneOptions& o, float* out, int64_t ld_out, unsigned* bad) {
   const int64_t groups = rows * cols / o.pattern.m;
   if (groups == 0) return;
-  grad_prune_groups<<<blocks_for(groups, kThreads), kThreads>>>(
-      g, rows, cols, ld, o.method, o.pattern.n, o.pattern.m, o.axis == NmAxis::kRows,
-      CounterRng(o.seed, o.stream), out, ld_out, bad);
+  // The common group sizes get a kernel each, with the group in registers, not local memory.
+  with_group_size(o.pattern.m, [&](auto k) {
+    grad_prune_groups<decltype(k)::value><<<blocks_for(groups, kThreads), kThreads>>>(
+        g, rows, cols, ld, o.method, o.pattern.n, o.pattern.m, o.axis == NmAxis::kRows,
+        CounterRng(o.seed, o.stream), out, ld_out, bad);
+  });
 }
 
 }  // namespace detail

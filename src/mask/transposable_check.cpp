@@ -42,6 +42,22 @@ double mask_score(ConstMatrixViewF scores, const BitMask& mask) {
   return sum;
 }
 
+int64_t count_tiles_exactly_n(const BitMask& mask, NmPattern pattern) {
+  const int m = pattern.m;
+  int64_t exactly_n = 0;
+  for (int64_t i0 = 0; i0 + m <= mask.rows(); i0 += m) {
+    for (int64_t j0 = 0; j0 + m <= mask.cols(); j0 += m) {
+      bool full = true;
+      for (int k = 0; k < m && full; ++k) {
+        full = mask.count_row_range(i0 + k, j0, m) == pattern.n &&
+               mask.count_col_range(j0 + k, i0, m) == pattern.n;
+      }
+      exactly_n += full;
+    }
+  }
+  return exactly_n;
+}
+
 void check_transposable_result(ConstMatrixViewF scores, NmPattern pattern,
                                const TransposableResult& result, bool require_exactly_n) {
   const BitMask& mask = result.mask;
@@ -52,17 +68,7 @@ void check_transposable_result(ConstMatrixViewF scores, NmPattern pattern,
             r.row_violations, " row groups and ", r.col_violations,
             " column groups keep more than ", pattern.n);
   const int m = pattern.m;
-  int64_t exactly_n = 0;
-  for (int64_t i0 = 0; i0 < scores.rows(); i0 += m) {
-    for (int64_t j0 = 0; j0 < scores.cols(); j0 += m) {
-      bool full = true;
-      for (int k = 0; k < m && full; ++k) {
-        full = mask.count_row_range(i0 + k, j0, m) == pattern.n &&
-               mask.count_col_range(j0 + k, i0, m) == pattern.n;
-      }
-      exactly_n += full;
-    }
-  }
+  const int64_t exactly_n = count_tiles_exactly_n(mask, pattern);
   const int64_t tiles = (scores.rows() / m) * (scores.cols() / m);
   NMS_CHECK(result.stats.tiles == tiles, "stats.tiles (", result.stats.tiles, ") != ", tiles);
   NMS_CHECK(result.stats.tiles_exactly_n == exactly_n, "stats.tiles_exactly_n (",

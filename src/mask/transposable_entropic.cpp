@@ -80,6 +80,7 @@
 #include <limits>
 #include <vector>
 
+#include "mask/entropic_finish.h"
 #include "mask/tile_rows.h"
 #include "nmsparse/mask/transposable.h"
 
@@ -323,6 +324,16 @@ bool augment(Workspace& w, int n, int m) {
   return false;
 }
 
+// Local search then repair from the rounded mask already in w.keep / w.row_cnt / w.col_cnt;
+// returns the swaps plus augmentations applied.
+int64_t finish_rounding(Workspace& w, int n, int m, const EntropicOptions& opt) {
+  int64_t steps = local_search(w, n, m, opt.local_search_steps);
+  if (opt.repair) {
+    while (augment(w, n, m)) ++steps;
+  }
+  return steps;
+}
+
 struct TileOutcome {
   double objective = 0.0;
   bool exactly_n = false;
@@ -352,10 +363,7 @@ TileOutcome solve_tile(ConstMatrixViewF scores, int64_t i0, int64_t j0, int n, i
   } else {
     dykstra(w, n, m, opt.temperature, opt.iterations, 1.0 / mx);
     greedy_round(w, n, m);
-    out.iterations = opt.iterations + local_search(w, n, m, opt.local_search_steps);
-    if (opt.repair) {
-      while (augment(w, n, m)) ++out.iterations;
-    }
+    out.iterations = opt.iterations + finish_rounding(w, n, m, opt);
   }
   bool full = true;
   for (int k = 0; k < m; ++k) full &= w.row_cnt[k] == n && w.col_cnt[k] == n;
@@ -371,6 +379,31 @@ TileOutcome solve_tile(ConstMatrixViewF scores, int64_t i0, int64_t j0, int n, i
 }
 
 }  // namespace
+
+namespace detail {
+
+int64_t entropic_finish_tile(const float* tile, int64_t ld, int n, int m,
+                             const EntropicOptions& options, uint64_t* keep_rows) {
+  Workspace w(m);
+  for (int i = 0; i < m; ++i) {
+    for (int j = 0; j < m; ++j) {
+      w.a[i * m + j] = tile[i * ld + j];
+      const bool kept = (keep_rows[i] >> j) & 1;
+      w.keep[i * m + j] = kept;
+      w.row_cnt[i] += kept;
+      w.col_cnt[j] += kept;
+    }
+  }
+  const int64_t steps = finish_rounding(w, n, m, options);
+  for (int i = 0; i < m; ++i) {
+    uint64_t bits = 0;
+    for (int j = 0; j < m; ++j) bits |= static_cast<uint64_t>(w.keep[i * m + j]) << j;
+    keep_rows[i] = bits;
+  }
+  return steps;
+}
+
+}  // namespace detail
 
 TransposableResult mask_transposable_entropic(ConstMatrixViewF scores, NmPattern pattern,
                                               const EntropicOptions& options) {

@@ -169,10 +169,19 @@ TEST(CudaKernelBodies, GradientPruningEqualsTheCpuBitForBit) {
         std::vector<float> out(static_cast<size_t>(rows * (cols + 5)), -1.0f);
         unsigned bad = 0;
         const CounterRng rng(o.seed, o.stream);
-        for (int64_t t = 0; t < rows * cols / p.m; ++t) {
-          cuda::detail::grad_prune_thread(t, g.data(), rows, cols, g.ld(), method, p.n, p.m,
-                                          rows_axis, rng, out.data(), cols + 5, &bad);
-        }
+        // The thread body as the launch instantiates it (m fixed at compile time where it is
+        // one of the dispatched sizes), and with m at run time: both equal the CPU.
+        std::vector<float> out_runtime_m(out);
+        cuda::detail::with_group_size(p.m, [&](auto k) {
+          for (int64_t t = 0; t < rows * cols / p.m; ++t) {
+            cuda::detail::grad_prune_thread<decltype(k)::value>(t, g.data(), rows, cols, g.ld(),
+                                                                method, p.n, p.m, rows_axis, rng,
+                                                                out.data(), cols + 5, &bad);
+            cuda::detail::grad_prune_thread(t, g.data(), rows, cols, g.ld(), method, p.n, p.m,
+                                            rows_axis, rng, out_runtime_m.data(), cols + 5, &bad);
+          }
+        });
+        EXPECT_TRUE(out == out_runtime_m) << p.to_string();
         EXPECT_EQ(bad, 0u);
         const Matrix cpu = grad_prune(g, o);
         bool same = true;

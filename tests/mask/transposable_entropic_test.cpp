@@ -18,6 +18,7 @@
 #include <limits>
 #include <vector>
 
+#include "mask/entropic_finish.h"
 #include "nmsparse/core/aligned_buffer.h"
 #include "nmsparse/core/rng.h"
 #include "nmsparse/core/threading.h"
@@ -282,6 +283,52 @@ TEST(TransposableEntropic, SameResultForAnyThreadCount) {
       EXPECT_EQ(r.stats.iterations, one.stats.iterations);
       EXPECT_EQ(r.stats.tiles_exactly_n, one.stats.tiles_exactly_n);
     }
+  }
+}
+
+// The finishing steps on their own (the GPU solver's host half): from an empty tile, repair alone
+// is successive max-weight augmentation, so it reaches the exact "= n" optimum; from a greedy
+// mask (<= n, often short) it fills every row and column to n without losing score; a tile
+// already exactly n is returned unchanged in 0 steps.
+TEST(TransposableEntropic, FinishTileFillsAnyRoundingToExactlyN) {
+  for (const NmPattern p :
+       {NmPattern{2, 4}, NmPattern{4, 8}, NmPattern{8, 16}, NmPattern{16, 32}}) {
+    const int m = p.m;
+    const Matrix w = laplace_matrix(m, m, 7 + static_cast<uint64_t>(m));
+    const auto keep_to_result = [&](const std::vector<uint64_t>& keep) {
+      TransposableResult r;
+      r.mask = BitMask(m, m);
+      for (int i = 0; i < m; ++i) {
+        for (int j = 0; j < m; ++j) {
+          if ((keep[static_cast<size_t>(i)] >> j) & 1) r.mask.set(i, j);
+        }
+      }
+      r.stats.tiles = 1;
+      r.stats.tiles_exactly_n = count_tiles_exactly_n(r.mask, p);
+      r.stats.objective = mask_score(w.view(), r.mask);
+      return r;
+    };
+    EntropicOptions no_search;
+    no_search.local_search_steps = 0;
+    std::vector<uint64_t> keep(static_cast<size_t>(m), 0);
+    EXPECT_EQ(detail::entropic_finish_tile(w.data(), m, p.n, m, no_search, keep.data()),
+              p.n * m);  // one augmentation per kept entry
+    const TransposableResult from_empty = keep_to_result(keep);
+    check_transposable_result(w.view(), p, from_empty, true);
+    EXPECT_NEAR(from_empty.stats.objective, mask_transposable_exact(w.view(), p).stats.objective,
+                1e-9 * from_empty.stats.objective)
+        << p.to_string();
+
+    const TransposableResult greedy = mask_transposable_greedy(w.view(), p);
+    for (int i = 0; i < m; ++i) keep[static_cast<size_t>(i)] = greedy.mask.row_words(i)[0];
+    detail::entropic_finish_tile(w.data(), m, p.n, m, EntropicOptions{}, keep.data());
+    const TransposableResult from_greedy = keep_to_result(keep);
+    check_transposable_result(w.view(), p, from_greedy, true);
+    EXPECT_GE(from_greedy.stats.objective, greedy.stats.objective);
+
+    const std::vector<uint64_t> full = keep;
+    EXPECT_EQ(detail::entropic_finish_tile(w.data(), m, p.n, m, EntropicOptions{}, keep.data()), 0);
+    EXPECT_EQ(keep, full);
   }
 }
 

@@ -56,8 +56,13 @@ class CounterRng {
                           stream_lo_, stream_hi_},
                          key_);
   }
-  // The 32-bit word number `index` of this stream (block index / 4, word index % 4).
-  constexpr uint32_t word(uint64_t index) const { return block(index >> 2)[index & 3]; }
+  // The 32-bit word number `index` of this stream (block index / 4, word index % 4). Selected, not
+  // indexed: a run-time index into the block puts it in a GPU thread's local memory.
+  constexpr uint32_t word(uint64_t index) const {
+    const PhiloxCounter b = block(index >> 2);
+    const uint64_t k = index & 3;
+    return k == 0 ? b[0] : k == 1 ? b[1] : k == 2 ? b[2] : b[3];
+  }
   // Uniform in [0, 1) with 24 random bits: every value is an exact float, k * 2^-24.
   constexpr float uniform(uint64_t index) const {
     return static_cast<float>(word(index) >> 8) * (1.0f / 16777216.0f);

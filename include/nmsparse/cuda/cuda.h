@@ -11,7 +11,8 @@
 //                          successive shortest paths, one tile per thread. It equals the CPU mask
 //                          whenever the optimum is unique (continuous scores); among tied optima it
 //                          may pick another one with the same kept score. greedy (m <= 32): the
-//                          CPU masks bit for bit, both orders.
+//                          CPU masks bit for bit, both orders. entropic: see
+//                          mask_transposable_entropic_gpu.
 //   mask_nm_rows_gpu       the CPU's mask_nm_rows bit for bit.
 //   bimask_backward_gpu    the CPU's bimask_backward bit for bit.
 //   grad_prune_gpu_into    the CPU's grad_prune_into bit for bit: the same Philox draws keyed by
@@ -58,6 +59,15 @@ struct GpuTiming {
 
 TransposableResult mask_transposable_gpu(ConstMatrixViewF scores, NmPattern pattern,
                                          TransposableSolver solver, GpuTiming* timing = nullptr);
+// Entropic (TSENOR-style, the CPU's maths and defaults): the log-domain Dykstra sweeps and the
+// greedy rounding on the GPU, one warp lane per tile row (m a power of two, 2..32); the tiles the
+// rounding leaves short are finished on the host by the CPU's local search and repair, so every
+// tile keeps exactly n (repair on). Not bit-identical to mask_transposable_entropic (fast exp /
+// log on the GPU); timing->kernel_ms is the sweeps' device time.
+TransposableResult mask_transposable_entropic_gpu(ConstMatrixViewF scores, NmPattern pattern,
+                                                  const EntropicOptions& options = {},
+                                                  GpuTiming* timing = nullptr);
+
 // Greedy in the given order (mask_transposable_gpu uses kKeepHeavyFirst).
 TransposableResult mask_transposable_greedy_gpu(ConstMatrixViewF scores, NmPattern pattern,
                                                 GreedyOrder order, GpuTiming* timing = nullptr);

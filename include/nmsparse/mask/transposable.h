@@ -55,6 +55,9 @@ void check_transposable_input(ConstMatrixViewF scores, NmPattern pattern);
 // Sum of scores(i, j) over the set bits of `mask`, in double.
 double mask_score(ConstMatrixViewF scores, const BitMask& mask);
 
+// Number of whole m x m tiles of `mask` that keep exactly n in every tile row and column.
+int64_t count_tiles_exactly_n(const BitMask& mask, NmPattern pattern);
+
 // Independent self-check: shape, <= n per tile row and column (== n when require_exactly_n),
 // stats.tiles_exactly_n and stats.objective recomputed (relative tolerance 1e-9). Throws
 // nms::Error describing the first discrepancy.
