@@ -18,6 +18,14 @@
 #define NMS_HD
 #endif
 
+// Full unrolling of a constant-trip loop in device code, where an array indexed by the loop
+// variable must stay in registers (nvcc otherwise keeps it in local memory); nothing on the host.
+#if defined(__CUDA_ARCH__)
+#define NMS_HD_UNROLL _Pragma("unroll")
+#else
+#define NMS_HD_UNROLL
+#endif
+
 namespace nms::detail {
 
 // isfinite without <cmath>'s host-only overloads: false for NaN and +-Inf.

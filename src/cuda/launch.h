@@ -25,21 +25,24 @@ void launch_assemble_words(const uint64_t* tile_bits, int64_t rows, int64_t cols
 // Counters of the entropic tile kernel (device memory, zeroed by run_entropic).
 struct EntropicCounters {
   unsigned long long nontrivial;  // tiles that ran the sweeps (not all-zero, n < m)
-  unsigned long long unfinished;  // tiles the rounding left short, finished on the host
+  unsigned long long unfinished;  // tiles still short after the local search (host repair)
+  unsigned long long swaps;       // local-search swaps
 };
 struct EntropicRun {
   double sweep_ms = 0.0;   // device time of the sweeps and the rounding
-  double finish_ms = 0.0;  // wall time of the host finish (gather, local search, repair,
-                           // scatter) and the word assembly
+  double finish_ms = 0.0;  // wall time of the host repair (gather, augmenting paths, scatter)
+                           // and the word assembly
   int64_t nontrivial = 0;
-  int64_t unfinished = 0;
-  int64_t finish_steps = 0;  // swaps and augmentations on the host
+  int64_t swaps = 0;       // local-search swaps on the device
+  int64_t unfinished = 0;  // tiles repaired on the host
+  int64_t augmentations = 0;
 };
 // m a power of two in 2..32 (one warp lane per tile row).
 bool entropic_gpu_supports(NmPattern pattern);
 // The entropic solver (src/cuda/entropic.cu) on device scores into `words` (BitMask layout);
-// tile_bits is scratch of rows * (cols / m) words. Waits for the device; the host finishes the
-// tiles the rounding left short. The caller validated the input and the pattern.
+// tile_bits is scratch of rows * (cols / m) words. Waits for the device; with options.repair the
+// host repairs the tiles that the rounding and local search left short. The caller validated the
+// input and the pattern.
 EntropicRun run_entropic(const float* scores, int64_t rows, int64_t cols, int64_t ld,
                          NmPattern pattern, const EntropicOptions& options, uint64_t* tile_bits,
                          uint64_t* words);

@@ -1,4 +1,5 @@
-// Gradient pruning (MVUE, approximate 2:4 MVUE, top-n) on the GPU: one thread per group runs
+// Gradient pruning (MVUE, approximate 2:4 MVUE, top-n) on the GPU: four groups per thread where
+// the shape allows (grad_prune_quad_thread: m <= 8, 16-byte rows), else one thread per group, runs
 // detail::prune_group (src/grad/group_kernel.h) with the uniforms of detail::grad_uniform, so
 // every kept value equals the CPU's bit for bit (same Philox words, same float operations,
 // -fmad=false). Groups along columns (the token axis of dY) put consecutive columns in
@@ -28,12 +29,33 @@ __global__ void grad_prune_groups(const float* g, int64_t rows, int64_t cols, in
   }
 }
 
+template <int kM>
+__global__ void grad_prune_quads(const float* g, int64_t quads, int64_t cols, int64_t ld,
+                                 GradMethod method, int n, bool rows_axis, CounterRng rng,
+                                 float* out, int64_t ld_out, unsigned* bad) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t < quads) {
+    grad_prune_quad_thread<kM>(t, g, cols, ld, method, n, rows_axis, rng, out, ld_out, bad);
+  }
+}
+
 }  // namespace
 
 void launch_grad_prune(const float* g, int64_t rows, int64_t cols, int64_t ld,
                        const GradPruneOptions& o, float* out, int64_t ld_out, unsigned* bad) {
   const int64_t groups = rows * cols / o.pattern.m;
   if (groups == 0) return;
+  const bool rows_axis = o.axis == NmAxis::kRows;
+  if (grad_prune_quads_fit(cols, ld, ld_out, o.pattern.m, rows_axis, g, out)) {
+    const auto launch_quads = [&](auto kernel) {
+      kernel<<<blocks_for(groups / 4, kThreads), kThreads>>>(
+          g, groups / 4, cols, ld, o.method, o.pattern.n, rows_axis, CounterRng(o.seed, o.stream),
+          out, ld_out, bad);
+    };
+    if (o.pattern.m == 2) return launch_quads(grad_prune_quads<2>);
+    if (o.pattern.m == 4) return launch_quads(grad_prune_quads<4>);
+    return launch_quads(grad_prune_quads<8>);
+  }
   // The common group sizes get a kernel each, with the group in registers, not local memory.
   with_group_size(o.pattern.m, [&](auto k) {
     grad_prune_groups<decltype(k)::value><<<blocks_for(groups, kThreads), kThreads>>>(

@@ -80,6 +80,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/parallel.h"
 #include "mask/entropic_finish.h"
 #include "mask/tile_rows.h"
 #include "nmsparse/mask/transposable.h"
@@ -401,6 +402,19 @@ int64_t entropic_finish_tile(const float* tile, int64_t ld, int n, int m,
     keep_rows[i] = bits;
   }
   return steps;
+}
+
+int64_t entropic_finish_tiles(const float* tiles, int64_t count, int n, int m,
+                              const EntropicOptions& options, uint64_t* keep_rows) {
+  std::vector<int64_t> steps(static_cast<size_t>(count));
+  const int64_t tile_size = static_cast<int64_t>(m) * m;
+  parallel_for(count, [&](int64_t k) {
+    steps[static_cast<size_t>(k)] =
+        entropic_finish_tile(tiles + k * tile_size, m, n, m, options, keep_rows + k * m);
+  });
+  int64_t total = 0;
+  for (const int64_t s : steps) total += s;
+  return total;
 }
 
 }  // namespace detail

@@ -152,12 +152,20 @@ TEST(Cuda, EntropicTransposableMatchesTheCpuSolver) {
       }
     }
     EXPECT_GE(2 * same, gpu.stats.tiles) << same << " of " << gpu.stats.tiles << " tiles equal";
-    // Without repair and local search the rounding alone: valid, at most n.
+    // Without repair: valid, at most n; the device's local search only fills tiles, and it
+    // fills some whenever the rounding alone left tiles short.
     EntropicOptions raw;
     raw.local_search_steps = 0;
     raw.repair = false;
-    check_transposable_result(s.view(), p, cuda::mask_transposable_entropic_gpu(s.view(), p, raw),
-                              false);
+    const TransposableResult rounded = cuda::mask_transposable_entropic_gpu(s.view(), p, raw);
+    check_transposable_result(s.view(), p, rounded, false);
+    raw.local_search_steps = 10;
+    const TransposableResult searched = cuda::mask_transposable_entropic_gpu(s.view(), p, raw);
+    check_transposable_result(s.view(), p, searched, false);
+    if (rounded.stats.tiles_exactly_n < rounded.stats.tiles) {
+      EXPECT_GT(searched.stats.tiles_exactly_n, rounded.stats.tiles_exactly_n);
+    }
+    EXPECT_GE(searched.stats.objective, rounded.stats.objective);
   }
   const Matrix s = testing::abs_of(testing::random_matrix(24, 24, 1));
   testing::expect_error(
@@ -208,21 +216,35 @@ TEST(Cuda, GradientPruningEqualsTheCpuBitForBit) {
       for (GradMethod method : {GradMethod::kMvue, GradMethod::kMvueApprox24, GradMethod::kTopN}) {
         if (method == GradMethod::kMvueApprox24 && !(p == NmPattern{2, 4})) continue;
         const int64_t rows = axis == NmAxis::kCols ? 3 * p.m : 37;
-        const int64_t cols = axis == NmAxis::kRows ? 5 * p.m : 131;
-        Matrix g = testing::random_matrix(rows, cols, 11);
-        for (int64_t k = 0; k < g.size(); k += 7) g.data()[k] = 0.0f;  // zeros and short groups
-        const GradPruneOptions o{method, p, axis, 42, tensor_stream_id("layer.dy")};
-        Matrix gpu(rows, cols);
-        cuda::grad_prune_gpu_into(g.view(), o, gpu.view());
-        const Matrix cpu = grad_prune(g.view(), o);
-        EXPECT_TRUE(bitwise_equal(gpu, cpu)) << p.to_string() << " " << grad_method_name(method)
-                                             << " axis " << static_cast<int>(axis);
+        // The second width takes the four-group kernel where m <= 8 (16-byte rows).
+        for (const int64_t cols :
+             {axis == NmAxis::kRows ? 5 * p.m : 131, axis == NmAxis::kRows ? 8 * p.m : 132}) {
+          Matrix g = testing::random_matrix(rows, cols, 11);
+          for (int64_t k = 0; k < g.size(); k += 7) g.data()[k] = 0.0f;  // short groups
+          const GradPruneOptions o{method, p, axis, 42, tensor_stream_id("layer.dy")};
+          Matrix gpu(rows, cols);
+          cuda::grad_prune_gpu_into(g.view(), o, gpu.view());
+          const Matrix cpu = grad_prune(g.view(), o);
+          EXPECT_TRUE(bitwise_equal(gpu, cpu))
+              << p.to_string() << " " << grad_method_name(method) << " axis "
+              << static_cast<int>(axis) << " cols " << cols;
+        }
       }
     }
   }
   Matrix g = testing::random_matrix(8, 8, 1);
   g(3, 6) = std::numeric_limits<float>::quiet_NaN();
   Matrix out(8, 8);
+  Matrix wide = testing::random_matrix(8, 16, 1);  // the four-group kernel flags it too
+  wide(5, 9) = std::numeric_limits<float>::infinity();
+  Matrix wide_out(8, 16);
+  testing::expect_error(
+      [&] {
+        cuda::grad_prune_gpu_into(wide.view(),
+                                  {GradMethod::kMvue, NmPattern::make(2, 4), NmAxis::kRows, 1, 2},
+                                  wide_out.view());
+      },
+      "at (row 5, col 9)");
   testing::expect_error([&] { cuda::grad_prune_gpu_into(g.view(), {}, out.view()); },
                         "at (row 3, col 6)");
 }

@@ -4,6 +4,7 @@
 // tests/cuda/cuda_test.cpp adds the launches and copies where a GPU is present.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -11,6 +12,7 @@
 
 #include "cuda/kernel_bodies.h"
 #include "cuda_test_shapes.h"
+#include "nmsparse/core/aligned_buffer.h"
 #include "nmsparse/grad/prune.h"
 #include "nmsparse/mask/bimask.h"
 #include "nmsparse/mask/standard.h"
@@ -162,6 +164,8 @@ TEST(CudaKernelBodies, GradientPruningEqualsTheCpuBitForBit) {
         const bool rows_axis = axis == NmAxis::kRows;
         const int64_t rows = rows_axis ? 37 : 3 * p.m;
         const int64_t cols = rows_axis ? 5 * p.m : 131;
+        SCOPED_TRACE(::testing::Message() << p.to_string() << " " << grad_method_name(method)
+                                          << " axis " << static_cast<int>(axis));
         Matrix big = testing::random_matrix(rows, cols + 3, 11);
         for (int64_t k = 0; k < big.size(); k += 7) big.data()[k] = 0.0f;  // short groups
         const ConstMatrixViewF g(big.data(), rows, cols, cols + 3);
@@ -194,6 +198,59 @@ TEST(CudaKernelBodies, GradientPruningEqualsTheCpuBitForBit) {
       }
     }
   }
+}
+
+// The four-group body over every thread index, on shapes that fit it (16-byte rows), against
+// the CPU bit for bit; and the fit rule itself.
+TEST(CudaKernelBodies, FourGroupGradientPruningEqualsTheCpuBitForBit) {
+  for (const int m : {2, 4, 8}) {
+    const NmPattern p = NmPattern::make(m / 2, m);
+    for (NmAxis axis : {NmAxis::kRows, NmAxis::kCols}) {
+      for (GradMethod method : {GradMethod::kMvue, GradMethod::kMvueApprox24, GradMethod::kTopN}) {
+        if (method == GradMethod::kMvueApprox24 && m != 4) continue;
+        const bool rows_axis = axis == NmAxis::kRows;
+        const int64_t rows = rows_axis ? 7 : 3 * m;
+        const int64_t cols = rows_axis ? 12 * m : 136;
+        const int64_t ld = cols + 4;
+        AlignedBuffer<float> big(static_cast<size_t>(rows * ld));
+        const Matrix values = testing::random_matrix(rows, ld, 23);
+        std::copy(values.data(), values.data() + rows * ld, big.data());
+        for (int64_t k = 0; k < rows * ld; k += 5) big.data()[k] = 0.0f;  // short groups
+        const ConstMatrixViewF g(big.data(), rows, cols, ld);
+        AlignedBuffer<float> out(static_cast<size_t>(rows * ld));
+        ASSERT_TRUE(
+            cuda::detail::grad_prune_quads_fit(cols, ld, ld, m, rows_axis, g.data(), out.data()));
+        const GradPruneOptions o{method, p, axis, 9, tensor_stream_id("layer.dy")};
+        const CounterRng rng(o.seed, o.stream);
+        unsigned bad = 0;
+        const auto run = [&](auto k) {
+          for (int64_t t = 0; t < rows * cols / (4 * m); ++t) {
+            cuda::detail::grad_prune_quad_thread<decltype(k)::value>(
+                t, g.data(), cols, ld, method, p.n, rows_axis, rng, out.data(), ld, &bad);
+          }
+        };
+        if (m == 2) run(std::integral_constant<int, 2>{});
+        if (m == 4) run(std::integral_constant<int, 4>{});
+        if (m == 8) run(std::integral_constant<int, 8>{});
+        EXPECT_EQ(bad, 0u);
+        const Matrix cpu = grad_prune(g, o);
+        bool same = true;
+        for (int64_t r = 0; r < rows; ++r) {
+          same = same && std::memcmp(out.data() + r * ld, cpu.view().row(r),
+                                     static_cast<size_t>(cols) * sizeof(float)) == 0;
+        }
+        EXPECT_TRUE(same) << p.to_string() << " " << grad_method_name(method) << " axis "
+                          << static_cast<int>(axis);
+      }
+    }
+  }
+  AlignedBuffer<float> a(64);
+  EXPECT_FALSE(cuda::detail::grad_prune_quads_fit(16, 16, 16, 16, true, a.data(), a.data()));
+  EXPECT_FALSE(cuda::detail::grad_prune_quads_fit(12, 12, 12, 4, true, a.data(), a.data()));
+  EXPECT_TRUE(cuda::detail::grad_prune_quads_fit(16, 16, 16, 4, true, a.data(), a.data()));
+  EXPECT_FALSE(cuda::detail::grad_prune_quads_fit(16, 18, 16, 4, false, a.data(), a.data()));
+  EXPECT_FALSE(cuda::detail::grad_prune_quads_fit(16, 16, 16, 4, false, a.data() + 1, a.data()));
+  EXPECT_TRUE(cuda::detail::grad_prune_quads_fit(12, 16, 16, 4, false, a.data(), a.data()));
 }
 
 TEST(CudaKernelBodies, GradientPruningFlagsNonFiniteAndOverflow) {

@@ -326,6 +326,19 @@ TEST(TransposableEntropic, FinishTileFillsAnyRoundingToExactlyN) {
     check_transposable_result(w.view(), p, from_greedy, true);
     EXPECT_GE(from_greedy.stats.objective, greedy.stats.objective);
 
+    // The batch form (the GPU solver's host step) equals the tiles one by one.
+    std::vector<float> tiles(static_cast<size_t>(2 * m * m));
+    std::copy(w.data(), w.data() + m * m, tiles.begin());
+    std::copy(w.data(), w.data() + m * m, tiles.begin() + m * m);
+    std::vector<uint64_t> batch(static_cast<size_t>(2 * m), 0);
+    for (int i = 0; i < m; ++i) batch[static_cast<size_t>(m + i)] = greedy.mask.row_words(i)[0];
+    detail::entropic_finish_tiles(tiles.data(), 2, p.n, m, EntropicOptions{}, batch.data());
+    EXPECT_TRUE(std::equal(batch.begin() + m, batch.end(), keep.begin())) << p.to_string();
+    const TransposableResult batch_empty =
+        keep_to_result(std::vector<uint64_t>(batch.begin(), batch.begin() + m));
+    EXPECT_NEAR(batch_empty.stats.objective, from_empty.stats.objective,
+                1e-9 * from_empty.stats.objective);
+
     const std::vector<uint64_t> full = keep;
     EXPECT_EQ(detail::entropic_finish_tile(w.data(), m, p.n, m, EntropicOptions{}, keep.data()), 0);
     EXPECT_EQ(keep, full);

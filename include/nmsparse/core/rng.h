@@ -64,8 +64,10 @@ class CounterRng {
     return k == 0 ? b[0] : k == 1 ? b[1] : k == 2 ? b[2] : b[3];
   }
   // Uniform in [0, 1) with 24 random bits: every value is an exact float, k * 2^-24.
-  constexpr float uniform(uint64_t index) const {
-    return static_cast<float>(word(index) >> 8) * (1.0f / 16777216.0f);
+  constexpr float uniform(uint64_t index) const { return uniform_of_word(word(index)); }
+  // The uniform that uniform() makes of a word (for callers that use a whole block at once).
+  static constexpr float uniform_of_word(uint32_t w) {
+    return static_cast<float>(w >> 8) * (1.0f / 16777216.0f);
   }
   // Uniform in [0, 1) with 53 random bits, from words 2*index and 2*index+1.
   constexpr double uniform_double(uint64_t index) const {
