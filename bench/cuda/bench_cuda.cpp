@@ -1,6 +1,6 @@
 // nmsparse_cuda_bench: the CUDA backend's measurements, written as one JSON object.
 //
-//   nmsparse_cuda_bench [--quick] [--json FILE]
+//   nmsparse_cuda_bench [--quick] [--sections masks,mvue,gemm] [--json FILE]
 //
 // 1. Transposable masks for every linear layer of LLaMA-3-8B (32 blocks x 7 layers, W [out, in]),
 //    scores generated on the device (|Laplace|, so the optimum is unique): device time of the
@@ -27,6 +27,8 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -308,19 +310,32 @@ void save(const json& report, const std::string& path) {
 int run(int argc, char** argv) {
   bool quick = false;
   std::string json_path;
+  std::set<std::string> sections = {"masks", "mvue", "gemm"};
+  const char* usage =
+      "usage: nmsparse_cuda_bench [--quick] [--sections masks,mvue,gemm] [--json FILE]";
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--quick") {
       quick = true;
     } else if (arg == "--json" && i + 1 < argc) {
       json_path = argv[++i];
+    } else if (arg == "--sections" && i + 1 < argc) {
+      sections.clear();
+      std::stringstream list(argv[++i]);
+      for (std::string name; std::getline(list, name, ',');) {
+        if (name != "masks" && name != "mvue" && name != "gemm") {
+          std::fprintf(stderr, "%s\nunknown section '%s' (known: masks, mvue, gemm)\n", usage,
+                       name.c_str());
+          return 2;
+        }
+        sections.insert(name);
+      }
     } else {
-      std::fprintf(stderr,
-                   "usage: nmsparse_cuda_bench [--quick] [--json FILE]\nunknown argument '%s'\n",
-                   arg.c_str());
+      std::fprintf(stderr, "%s\nunknown argument '%s'\n", usage, arg.c_str());
       return 2;
     }
   }
+  const auto want = [&](const char* section) { return sections.count(section) > 0; };
   std::string why;
   json report;
   if (!device_available(&why)) {
@@ -349,17 +364,24 @@ int run(int argc, char** argv) {
     };
     const MaskSolver exact{detail::TileSolver::kExact, false};
     const MaskSolver entropic{detail::TileSolver::kExact, true};
-    solve_masks(NmPattern::make(8, 16), exact, true);
-    solve_masks(NmPattern::make(2, 4), exact, true);
-    // Entropic vs exact at 16:32 on the same matrices (target: >= 10x faster, <= 0.1 % gap).
-    // Entropic first: a time limit then still leaves its figures.
     std::vector<double> entropic_objectives;
-    solve_masks(NmPattern::make(16, 32), entropic, false, &entropic_objectives);
-    const int64_t side = quick ? 4096 : 16384;
-    report["mvue"] = {mvue_bandwidth(NmPattern::make(2, 4), side, side, info.peak_bandwidth_gbs),
-                      mvue_bandwidth(NmPattern::make(8, 16), side, side, info.peak_bandwidth_gbs)};
-    save(report, json_path);
-    if (!sparse_gemm_available(&why)) {
+    if (want("masks")) {
+      solve_masks(NmPattern::make(8, 16), exact, true);
+      solve_masks(NmPattern::make(2, 4), exact, true);
+      // Entropic vs exact at 16:32 on the same matrices (target: >= 10x faster, <= 0.1 % gap).
+      // Entropic first: a time limit then still leaves its figures.
+      solve_masks(NmPattern::make(16, 32), entropic, false, &entropic_objectives);
+    }
+    if (want("mvue")) {
+      const int64_t side = quick ? 4096 : 16384;
+      report["mvue"] = {
+          mvue_bandwidth(NmPattern::make(2, 4), side, side, info.peak_bandwidth_gbs),
+          mvue_bandwidth(NmPattern::make(8, 16), side, side, info.peak_bandwidth_gbs)};
+      save(report, json_path);
+    }
+    if (!want("gemm")) {
+      // skipped by --sections
+    } else if (!sparse_gemm_available(&why)) {
       std::fprintf(stderr, "GEMMs skipped: %s\n", why.c_str());
       report["gemm"] = {{"skipped", why}};
     } else {
@@ -388,8 +410,10 @@ int run(int argc, char** argv) {
       report["gemm"] = gemms;
     }
     save(report, json_path);
-    solve_masks(NmPattern::make(16, 32), exact, false, &entropic_objectives, true);
-    solve_masks(NmPattern::make(8, 16), {detail::TileSolver::kGreedyKeepHeavy, false}, false);
+    if (want("masks")) {
+      solve_masks(NmPattern::make(16, 32), exact, false, &entropic_objectives, true);
+      solve_masks(NmPattern::make(8, 16), {detail::TileSolver::kGreedyKeepHeavy, false}, false);
+    }
   }
   std::cout << report.dump(2) << "\n";
   save(report, json_path);
