@@ -296,7 +296,7 @@ NMS_HD inline void grad_prune_quad_thread(int64_t t, const float* g, int64_t col
     bool finite = true;
     NMS_HD_UNROLL
     for (int i = 0; i < kM; ++i) finite = finite && nms::detail::finite_hd(in[k][i]);
-    if (!finite || !nms::detail::prune_group<true>(method, n, kM, in[k], u0[k], u1[k], res[k])) {
+    if (!finite || !nms::detail::prune_group(method, n, kM, in[k], u0[k], u1[k], res[k])) {
       flag(bad);
       NMS_HD_UNROLL
       for (int i = 0; i < kM; ++i) res[k][i] = 0.0f;

@@ -64,10 +64,7 @@ NMS_HD inline void approx24_probabilities(const double* a, double* p) {
 }
 
 // MVUE: water-filling then systematic sampling with the uniform u. False when the magnitude sum
-// overflows fp32. kSelectSampling: the sampling pass without its data-dependent loop (below),
-// the same float operations and results; for the GPU's small groups, where the loop's
-// divergence cost a warp 40 % of its branch efficiency (ncu, H200, MVUE 2:4).
-template <bool kSelectSampling = false>
+// overflows fp32.
 NMS_HD inline bool mvue_group(int n, int m, const float* g, float u, float* out) {
   float a[kMaxGroupSize];
   int nnz = 0;
@@ -109,28 +106,6 @@ NMS_HD inline bool mvue_group(int n, int m, const float* g, float u, float* out)
   // end to end; an element is kept when a point falls in [prefix, prefix + a_i).
   const float step = r / static_cast<float>(np);
   float t = u * step;
-  if constexpr (kSelectSampling) {
-    // The points t_0 = U step, t_j+1 = t_j + step are non-decreasing, so the loop below consumes
-    // at element i exactly the points in [previous prefix, prefix + a_i): element i is kept iff
-    // one of t_0 .. t_n'-1 lies there. The points are the same float sums as the loop's.
-    float points[kMaxGroupSize];
-    for (int j = 0; j < m; ++j) {
-      points[j] = t;
-      t += step;
-    }
-    float prefix = 0.0f;
-    for (int i = 0; i < m; ++i) {
-      const float next = prefix + a[i];
-      bool kept = false;
-      for (int j = 0; j < m; ++j) {
-        kept = kept || (j < np && points[j] < next && !(points[j] < prefix));
-      }
-      const bool is_capped = (capped >> i) & 1;
-      out[i] = is_capped ? g[i] : kept ? copysignf(step, g[i]) : 0.0f;
-      prefix = is_capped ? prefix : next;
-    }
-    return true;
-  }
   int j = 0;
   float prefix = 0.0f;
   for (int i = 0; i < m; ++i) {
@@ -199,12 +174,11 @@ NMS_HD inline void topn_group(int n, int m, const float* g, float* out) {
 
 // Prunes one group: g[0..m) finite inputs, u0/u1 uniforms in [0, 1), out[0..m) the dense result
 // (+0.0 where pruned). Returns false (out unspecified) when the magnitude sum overflows fp32.
-template <bool kSelectSampling = false>
 NMS_HD inline bool prune_group(GradMethod method, int n, int m, const float* g, float u0, float u1,
                                float* out) {
   switch (method) {
     case GradMethod::kMvue:
-      return mvue_group<kSelectSampling>(n, m, g, u0, out);
+      return mvue_group(n, m, g, u0, out);
     case GradMethod::kMvueApprox24:
       return approx24_group(g, u0, u1, out);
     case GradMethod::kTopN:
