@@ -362,30 +362,14 @@ EntropicRun run_entropic(const float* scores, int64_t rows, int64_t cols, int64_
   counters.zero();
   EventTimer timer;
   timer.start();
-  switch (m) {
-    case 2:
-      launch_entropic_m<2>(scores, tiles, tiles_per_row, ld, p.n, o, tile_bits, list.get(),
-                           counters.get());
-      break;
-    case 4:
-      launch_entropic_m<4>(scores, tiles, tiles_per_row, ld, p.n, o, tile_bits, list.get(),
-                           counters.get());
-      break;
-    case 8:
-      launch_entropic_m<8>(scores, tiles, tiles_per_row, ld, p.n, o, tile_bits, list.get(),
-                           counters.get());
-      break;
-    case 16:
-      launch_entropic_m<16>(scores, tiles, tiles_per_row, ld, p.n, o, tile_bits, list.get(),
+  with_group_size(m, [&](auto k) {
+    constexpr int kM = decltype(k)::value;
+    NMS_CHECK(kM > 0, "the GPU entropic solver needs m in {2, 4, 8, 16, 32}, not ", m);
+    if constexpr (kM > 0) {
+      launch_entropic_m<kM>(scores, tiles, tiles_per_row, ld, p.n, o, tile_bits, list.get(),
                             counters.get());
-      break;
-    case 32:
-      launch_entropic_m<32>(scores, tiles, tiles_per_row, ld, p.n, o, tile_bits, list.get(),
-                            counters.get());
-      break;
-    default:
-      NMS_THROW("the GPU entropic solver needs m in {2, 4, 8, 16, 32}, not ", m);
-  }
+    }
+  });
   sync_checked("entropic sweeps");
   run.sweep_ms = timer.stop();
   EntropicCounters c{};
