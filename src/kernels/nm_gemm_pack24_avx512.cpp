@@ -1,6 +1,6 @@
 // AVX-512 2:4 packers of nm_gemm_pack_masked.cpp: one (depth block, tile) run of entries
-// (src/kernels/nm_gemm_layout.h), and one row of a staged lane form (nm_gemm_lanes_layout.h, the
-// same per-chunk compress with the values and lanes scattered 32 floats apart). For the entries:
+// (src/kernels/nm_gemm_layout.h), and eight rows of a staged lane form (nm_gemm_lanes_layout.h:
+// the same per-chunk compress, then an 8 x 8 transpose per chunk). For the entries:
 // Per row and 16 columns (4 groups, 8 slots): one masked load, vcompressps of the kept values and
 // of their panel offsets, one permute interleaving them into {value, offset} pairs, and a scatter
 // of the 8 pairs to their slots (6 rows apart). The scalar packer spent ~6 cycles per entry on bit
@@ -75,27 +75,66 @@ bool nm_gemm_pack_run24_avx512(const float* const rows[kNmGemmTileRows],
   return true;
 }
 
-bool nm_gemm_pack_lanes24_avx512(const float* row, const uint64_t* mask_row, int64_t c_begin,
-                                 int64_t c_end, int64_t depth, int64_t l, float* stage_values,
-                                 int32_t* stage_lanes) {
+namespace {
+
+// Transposes the 8 x 8 floats of r[0..8) in place (r[i] lane j <-> r[j] lane i).
+inline void transpose8x8(__m256 r[8]) {
+  __m256 t[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  __m256 u[8];
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+    r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+  }
+}
+
+}  // namespace
+
+bool nm_gemm_pack_lanes24x8_avx512(const float* const rows[8], const uint64_t* const mask_rows[8],
+                                   int64_t c_begin, int64_t c_end, int64_t depth, int64_t l0,
+                                   float* stage_values, int32_t* stage_lanes) {
   const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  const __m256i slot_rows = _mm256_setr_epi32(0, 32, 64, 96, 128, 160, 192, 224);
   for (int64_t c = c_begin; c < c_end; ++c) {
     const int64_t col = c * 16;
     const int64_t cols = depth - col < 16 ? depth - col : 16;  // a multiple of 4
     const auto present = static_cast<__mmask16>(cols == 16 ? 0xFFFFu : (1u << cols) - 1u);
-    const auto bits = static_cast<uint32_t>((mask_row[col >> 6] >> (col & 63)) & present);
-    uint32_t packs;
-    if (!packed_columns(bits, cols, packs)) return false;
-    // Unkept columns load as 0 (the padding slots' values); slots past a partial chunk's groups
-    // compress to value 0, lane 0.
-    const auto pack = static_cast<__mmask16>(packs);
-    const __m512 values = _mm512_maskz_compress_ps(
-        pack, _mm512_maskz_loadu_ps(static_cast<__mmask16>(bits), row + col));
-    const __m512i lanes = _mm512_maskz_compress_epi32(pack, iota);
-    const int64_t at = (c - c_begin) * 8 * 32 + l;  // slot 0 of row l in this chunk
-    _mm256_i32scatter_ps(stage_values + at, slot_rows, _mm512_castps512_ps256(values), 4);
-    _mm256_i32scatter_epi32(stage_lanes + at, slot_rows, _mm512_castsi512_si256(lanes), 4);
+    __m256 values[8];
+    __m256 lanes[8];
+    for (int l = 0; l < 8; ++l) {
+      if (rows[l] == nullptr) {  // a padding row: value 0, lane 0
+        values[l] = _mm256_setzero_ps();
+        lanes[l] = _mm256_setzero_ps();
+        continue;
+      }
+      const auto bits = static_cast<uint32_t>((mask_rows[l][col >> 6] >> (col & 63)) & present);
+      uint32_t packs;
+      if (!packed_columns(bits, cols, packs)) return false;
+      // Unkept columns load as 0 (the padding slots' values); slots past a partial chunk's
+      // groups compress to value 0, lane 0.
+      const auto pack = static_cast<__mmask16>(packs);
+      values[l] = _mm512_castps512_ps256(_mm512_maskz_compress_ps(
+          pack, _mm512_maskz_loadu_ps(static_cast<__mmask16>(bits), rows[l] + col)));
+      lanes[l] =
+          _mm256_castsi256_ps(_mm512_castsi512_si256(_mm512_maskz_compress_epi32(pack, iota)));
+    }
+    // Slot s of the 8 rows is then one 32-byte store (l0 is a multiple of 8).
+    transpose8x8(values);
+    transpose8x8(lanes);
+    float* v = stage_values + (c - c_begin) * 8 * 32 + l0;
+    auto* x = reinterpret_cast<float*>(stage_lanes + (c - c_begin) * 8 * 32 + l0);
+    for (int s = 0; s < 8; ++s) {
+      _mm256_store_ps(v + s * 32, values[s]);
+      _mm256_store_ps(x + s * 32, lanes[s]);
+    }
   }
   return true;
 }

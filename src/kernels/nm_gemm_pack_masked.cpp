@@ -169,18 +169,29 @@ void pack_lane_block(ConstMatrixViewF a, const BitMask& mask, int n, int m,
   alignas(64) int32_t stage_x[kStageFloats];
   for (int64_t c_begin = 0; c_begin < lanes.chunks; c_begin += kLaneStageChunks) {
     const int64_t c_end = std::min(lanes.chunks, c_begin + kLaneStageChunks);
-    for (int64_t l = 0; l < detail::kLaneRows; ++l) {
-      const int64_t r = b * detail::kLaneRows + l;
 #ifdef NMS_HAVE_AVX512_KERNELS
-      // nm_gemm_lanes_for: the lane form is packed at the AVX-512 level only.
-      if (kN == 2 && kM == 4 && r < a.rows()) {
-        if (!detail::nm_gemm_pack_lanes24_avx512(a.row(r), mask.row_words(r), c_begin, c_end,
-                                                 a.cols(), l, stage_v, stage_x)) {
+    // nm_gemm_lanes_for: the lane form is packed at the AVX-512 level only. Eight rows at a time.
+    if (kN == 2 && kM == 4) {
+      for (int64_t l0 = 0; l0 < detail::kLaneRows; l0 += 8) {
+        const float* rows[8];
+        const uint64_t* mask_rows[8];
+        for (int k = 0; k < 8; ++k) {
+          const int64_t r = b * detail::kLaneRows + l0 + k;
+          rows[k] = r < a.rows() ? a.row(r) : nullptr;
+          mask_rows[k] = r < a.rows() ? mask.row_words(r) : nullptr;
+        }
+        if (!detail::nm_gemm_pack_lanes24x8_avx512(rows, mask_rows, c_begin, c_end, a.cols(), l0,
+                                                   stage_v, stage_x)) {
           failed.store(true, std::memory_order_relaxed);
           return;
         }
-        continue;
       }
+    }
+#endif
+    for (int64_t l = 0; l < detail::kLaneRows; ++l) {
+      const int64_t r = b * detail::kLaneRows + l;
+#ifdef NMS_HAVE_AVX512_KERNELS
+      if (kN == 2 && kM == 4) break;  // packed above
 #endif
       for (int64_t c = c_begin; c < c_end; ++c) {
         const int64_t c0 = c * detail::kLaneChunk;
