@@ -3,8 +3,10 @@
 // detail::prune_group (src/grad/group_kernel.h) with the uniforms of detail::grad_uniform, so
 // every kept value equals the CPU's bit for bit (same Philox words, same float operations,
 // -fmad=false). Groups along columns (the token axis of dY) put consecutive columns in
-// consecutive threads: every load and store of a warp is one contiguous 128-byte line per row of
-// the group, which is what a memory-bound pass needs.
+// consecutive threads: every load and store of a warp is one contiguous line per row of the group
+// (512 bytes with four groups per thread). H200, 16384^2, along tokens: 2:4 3.27 TB/s (68 % of
+// the 4.81 TB/s peak, 78 % of a device copy), 8:16 2.42 TB/s; ncu: bound by instructions (SM 85 %,
+// DRAM 69 %), branch efficiency 60 % from the water-filling loop.
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -21,7 +23,7 @@ constexpr int kThreads = 256;
 
 // Calls f(std::integral_constant<GradMethod, method>{}): the kernels take the method as a template
 // argument, so only its branch is compiled. That took the MVUE 2:4 four-group kernel from 84 to
-// 42 registers (ptxas -v, sm_90).
+// 42 registers (ptxas -v, sm_90) and from 1.19 to 0.65 ms on the H200 (16384^2).
 template <typename F>
 void with_method(GradMethod method, F&& f) {
   switch (method) {
