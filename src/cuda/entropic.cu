@@ -28,7 +28,6 @@
 //   bounds the objective difference.
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cmath>
