@@ -5,8 +5,11 @@
 // compression of dY, grad_prune_compressed_into); speedup = dense / sparse, speedup_best = best
 // dense / best sparse, speedup_prune = dense / (sparse + prune); max_rel_error = max |ours − dense|
 // / max |dense|.
+// The fourth argument picks the kernel (NmWgradKernel: 0 auto, 1 panels, 2 gemm, 3 permute);
+// BM_NmWgradKernels runs each explicitly on the 2:4 shapes and the other patterns' first shape.
 // Run (on a quiet machine, `uptime` load < 1):
 //   build/bench/bench_wgrad --benchmark_min_time=0.5
+//   build/bench/bench_wgrad --benchmark_filter=Kernels --benchmark_min_time=0.5
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
@@ -35,14 +38,18 @@ const NmPattern kPatterns[] = {{2, 4}, {1, 4}, {8, 16}, {4, 8}};
 struct Shape {
   int64_t tokens, in, out;
 };
-// out x in at T: 3072x768 and 768x3072 at T = 8192, 2048x2048 at T = 2048.
-const Shape kShapes[] = {{8192, 768, 3072}, {8192, 3072, 768}, {2048, 2048, 2048}};
+// out x in at T: 3072x768 and 768x3072 at T = 8192, 2048x2048 at T = 2048; the hidden layers of
+// the training benchmark's MLP (784-4096-4096-10, batch 512).
+const Shape kShapes[] = {
+    {8192, 768, 3072}, {8192, 3072, 768}, {2048, 2048, 2048}, {512, 4096, 4096}, {512, 784, 4096}};
+constexpr int kShapeCount = 5;
 
-// args: pattern, shape, threads.
+// args: pattern, shape, threads, kernel.
 void BM_NmWgrad(benchmark::State& state) {
   const NmPattern p = kPatterns[state.range(0)];
   const Shape s = kShapes[state.range(1)];
   const int threads = static_cast<int>(state.range(2));
+  const auto kernel = static_cast<NmWgradKernel>(state.range(3));
   ScopedNumThreads scoped(threads);
   openblas_set_num_threads(threads);
   const Matrix g = bench::uniform_matrix(s.tokens, s.out, 1);  // dY [T, out] before pruning
@@ -61,7 +68,7 @@ void BM_NmWgrad(benchmark::State& state) {
                 static_cast<int>(s.in));
   };
   dense_call();
-  nm_wgrad(dy, x.view(), dw_sparse.view(), &ws);
+  nm_wgrad(dy, x.view(), dw_sparse.view(), &ws, nullptr, kernel);
   std::vector<double> t_dense;
   std::vector<double> t_sparse;
   std::vector<double> t_prune;
@@ -69,7 +76,7 @@ void BM_NmWgrad(benchmark::State& state) {
     const auto t0 = clock::now();
     dense_call();
     const auto t1 = clock::now();
-    nm_wgrad(dy, x.view(), dw_sparse.view(), &ws);
+    nm_wgrad(dy, x.view(), dw_sparse.view(), &ws, nullptr, kernel);
     const auto t2 = clock::now();
     grad_prune_compressed_into(g.view(), options, dy);
     const auto t3 = clock::now();
@@ -88,17 +95,32 @@ void BM_NmWgrad(benchmark::State& state) {
   state.counters["speedup_best"] = best(t_dense) / best(t_sparse);
   state.counters["speedup_prune"] = dense_ms / (sparse_ms + prune_ms);
   state.counters["max_rel_error"] = bench::max_rel_error(dw_sparse, dw_dense);
+  const char* names[] = {"auto", "panels", "gemm", "permute"};
   state.SetLabel(p.to_string() + " T" + std::to_string(s.tokens) + " " + std::to_string(s.out) +
-                 "x" + std::to_string(s.in) + " " + std::string(isa_name(isa_active())));
+                 "x" + std::to_string(s.in) + " " + std::string(isa_name(isa_active())) + " " +
+                 names[state.range(3)]);
 }
 
 void Args(benchmark::internal::Benchmark* b) {
   for (int threads : {1, 2}) {
-    for (int shape = 0; shape < 3; ++shape) b->Args({0, shape, threads});
-    for (int pattern = 1; pattern < 4; ++pattern) b->Args({pattern, 0, threads});
+    for (int shape = 0; shape < kShapeCount; ++shape) b->Args({0, shape, threads, 0});
+    for (int pattern = 1; pattern < 4; ++pattern) b->Args({pattern, 0, threads, 0});
   }
 }
 BENCHMARK(BM_NmWgrad)->Apply(Args)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+void KernelArgs(benchmark::internal::Benchmark* b) {
+  for (int shape = 0; shape < kShapeCount; ++shape) {
+    for (int kernel = 1; kernel <= 3; ++kernel) b->Args({0, shape, 1, kernel});
+  }
+  for (int pattern = 1; pattern < 4; ++pattern) {
+    for (int kernel = 1; kernel <= 3; ++kernel) b->Args({pattern, 0, 1, kernel});
+  }
+}
+void BM_NmWgradKernels(benchmark::State& state) {
+  BM_NmWgrad(state);
+}
+BENCHMARK(BM_NmWgradKernels)->Apply(KernelArgs)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace nms

@@ -171,7 +171,6 @@ void nm_gemm_lanes_scalar(ConstMatrixViewF x, const NmGemmOperand& a, MatrixView
 }
 
 void nm_gemm_lanes_run(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y) {
-#if defined(NMS_HAVE_AVX512_KERNELS)
   NmGemmLaneArgs args;
   args.x = x.data();
   args.ldx = x.ld();
@@ -183,9 +182,14 @@ void nm_gemm_lanes_run(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y
   args.m = a.pattern.m;
   args.y = y.data();
   args.ldy = y.ld();
-  const NmGemmLaneLayout lay(a.rows, a.depth, a.pattern.n, a.pattern.m);
-  const int64_t tokens = x.rows();
-  const int64_t token_blocks = (tokens + kLaneTokenBlock - 1) / kLaneTokenBlock;
+  nm_gemm_lanes_run(args, x.rows());
+}
+
+void nm_gemm_lanes_run(const NmGemmLaneArgs& args, int64_t tokens) {
+#if defined(NMS_HAVE_AVX512_KERNELS)
+  const NmGemmLaneLayout lay(args.rows, args.depth, args.n, args.m);
+  const int64_t block = args.x_panels != nullptr ? kLaneHybridTokenBlock : kLaneTokenBlock;
+  const int64_t token_blocks = (tokens + block - 1) / block;
   // Row parts when the token blocks alone would leave threads idle (at least 2 items per thread;
   // every item owns its block of Y, so results do not depend on the split).
   const int64_t threads = max_threads();
@@ -194,13 +198,13 @@ void nm_gemm_lanes_run(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y
   parallel_for(token_blocks * row_parts, [&](int64_t i) {
     const int64_t tb = i / row_parts;
     const int64_t part = i % row_parts;
-    const int64_t t0 = tb * kLaneTokenBlock;
-    const int64_t t1 = std::min(tokens, t0 + kLaneTokenBlock);
+    const int64_t t0 = tb * block;
+    const int64_t t1 = std::min(tokens, t0 + block);
     nm_gemm_lanes_avx512(args, t0, t1, part * lay.blocks / row_parts,
                          (part + 1) * lay.blocks / row_parts);
   });
 #else
-  (void)x, (void)a, (void)y;
+  (void)args, (void)tokens;
   NMS_THROW("nm_gemm: the permute kernel is built on x86-64 only");
 #endif
 }

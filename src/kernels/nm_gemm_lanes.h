@@ -36,6 +36,8 @@ void nm_gemm_lanes_scalar(ConstMatrixViewF x, const NmGemmOperand& a, MatrixView
 // Y = X · Aᵀ on the permute kernel (an operand with the lane form, at the AVX-512 level):
 // work items of 256 tokens x a range of row blocks, over max_threads() threads.
 void nm_gemm_lanes_run(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y);
+// The same driver on prepared arguments (the Yᵀ form of nm_wgrad); `tokens` rows of args.x.
+void nm_gemm_lanes_run(const NmGemmLaneArgs& args, int64_t tokens);
 
 }  // namespace detail
 }  // namespace nms

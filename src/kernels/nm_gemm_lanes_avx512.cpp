@@ -5,12 +5,14 @@
 // permute-fed 2.7 G/s, load-fed 3.1 G/s, OpenBLAS ~3.3 G/s; the broadcast kernel's 10 loads per 8
 // FMAs put it at 1.11-1.27x of OpenBLAS at 2:4 there, this one at 1.34-1.48x
 // (a standalone copy with fewer spills: 1.51-1.6x; docs/performance.md, "On Zen 4").
+// The hybrid pass below (nm_wgrad's route, Yᵀ form) adds load-fed FMAs to the same loop.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstdint>
 
 #include "kernels/nm_gemm_lanes_layout.h"
+#include "kernels/transpose16_avx512.h"
 
 namespace nms::detail {
 namespace {
@@ -27,7 +29,60 @@ inline __mmask16 first_lanes(int64_t count) {
   return static_cast<__mmask16>(count >= 16 ? 0xFFFFu : count <= 0 ? 0u : (1u << count) - 1u);
 }
 
-// RT tokens x 32 rows of A (row block b) over chunks [c0, c1): from 0 when c0 == 0, else from Y.
+// The Yᵀ form's tile load: acc0[t] / acc1[t] = rows row0 .. row0 + 15 / row0 + 16 .. row0 + 31
+// of token t0 + t, from Yᵀ (a later K block) or, in the first, from the start term. Register r[k]
+// holds rows k and k + 16 (8 tokens each); the transpose turns it into r[t] = rows 0..15 of token
+// t and r[8 + t] = rows 16..31. Rows past a.rows and tokens past RT read as 0.
+template <int RT>
+inline void load_transposed(const NmGemmLaneArgs& a, int64_t t0, int64_t row0, bool first,
+                            __m512 acc0[RT], __m512 acc1[RT]) {
+  const auto tm = static_cast<__mmask8>((1u << RT) - 1u);
+  const int64_t real = a.rows - row0;
+  const __m256 lambda = _mm256_set1_ps(a.start_lambda);
+  const auto row_of = [&](int64_t k) {
+    if (k >= real) return _mm256_setzero_ps();
+    if (!first) return _mm256_maskz_loadu_ps(tm, a.y + (row0 + k) * a.ldy + t0);
+    const __m256 w = _mm256_maskz_loadu_ps(tm, a.start_w + (row0 + k) * a.start_ldw + t0);
+    const __m128i keep = _mm_maskz_loadu_epi8(tm, a.start_keep + (row0 + k) * a.start_ldkeep + t0);
+    const __mmask8 dropped =
+        _mm256_mask_testn_epi32_mask(tm, _mm256_cvtepu8_epi32(keep), _mm256_cvtepu8_epi32(keep));
+    return _mm256_maskz_mul_ps(dropped, lambda, w);
+  };
+  __m512 r[16];
+  for (int k = 0; k < 16; ++k) {
+    r[k] = _mm512_insertf32x8(_mm512_castps256_ps512(row_of(k)), row_of(k + 16), 1);
+  }
+  transpose16(r);
+  for (int t = 0; t < RT; ++t) {
+    acc0[t] = r[t];
+    acc1[t] = r[8 + t];
+  }
+}
+
+// The Yᵀ form's tile store: the inverse of load_transposed (only real rows and the RT tokens).
+template <int RT>
+inline void store_transposed(const NmGemmLaneArgs& a, int64_t t0, int64_t row0,
+                             const __m512 acc0[RT], const __m512 acc1[RT]) {
+  __m512 r[16];
+  for (int t = 0; t < 8; ++t) {
+    r[t] = t < RT ? acc0[t] : _mm512_setzero_ps();
+    r[8 + t] = t < RT ? acc1[t] : _mm512_setzero_ps();
+  }
+  transpose16(r);
+  const auto tm = static_cast<__mmask8>((1u << RT) - 1u);
+  const int64_t real = a.rows - row0;
+  for (int k = 0; k < 16; ++k) {
+    if (k < real)
+      _mm256_mask_storeu_ps(a.y + (row0 + k) * a.ldy + t0, tm, _mm512_castps512_ps256(r[k]));
+    if (k + 16 < real) {
+      _mm256_mask_storeu_ps(a.y + (row0 + k + 16) * a.ldy + t0, tm,
+                            _mm512_extractf32x8_ps(r[k], 1));
+    }
+  }
+}
+
+// RT tokens x 32 rows of A (row block b) over chunks [c0, c1): from 0 when c0 == 0, else from Y
+// (in the Yᵀ form, from the start term when c0 == 0 and a.start_w is set).
 template <int RT>
 inline void tile(const NmGemmLaneArgs& a, const NmGemmLaneLayout& lay, int64_t t0, int64_t b,
                  int64_t c0, int64_t c1) {
@@ -37,10 +92,14 @@ inline void tile(const NmGemmLaneArgs& a, const NmGemmLaneLayout& lay, int64_t t
   const bool first = c0 == 0;
   __m512 acc0[RT];
   __m512 acc1[RT];
-  for (int t = 0; t < RT; ++t) {
-    const float* yr = a.y + (t0 + t) * a.ldy + row0;
-    acc0[t] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m0, yr);
-    acc1[t] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m1, yr + 16);
+  if (a.y_transposed && (!first || a.start_w != nullptr)) {
+    load_transposed<RT>(a, t0, row0, first, acc0, acc1);
+  } else {
+    for (int t = 0; t < RT; ++t) {
+      const float* yr = a.y + (t0 + t) * a.ldy + row0;
+      acc0[t] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m0, yr);
+      acc1[t] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m1, yr + 16);
+    }
   }
   // Whole chunks. Written plainly (indexing from the chunk's base, the slot count fixed): GCC 12
   // kept the 32 accumulator halves on the stack across chunks with pointer-bumping loops or a
@@ -83,12 +142,132 @@ inline void tile(const NmGemmLaneArgs& a, const NmGemmLaneLayout& lay, int64_t t
       }
     }
   }
+  if (a.y_transposed) {
+    store_transposed<RT>(a, t0, row0, acc0, acc1);
+    return;
+  }
   for (int t = 0; t < RT; ++t) {
     float* yr = a.y + (t0 + t) * a.ldy + row0;
     _mm512_mask_storeu_ps(yr, m0, acc0[t]);
     _mm512_mask_storeu_ps(yr + 16, m1, acc1[t]);
   }
 }
+
+// The hybrid pass (Yᵀ form with a.xt set): one walk over the chunks of row block b feeds two
+// disjoint output tiles. Permute-fed: RT tokens from tb x the block's 32 rows, as in tile<RT>.
+// Load-fed: RA rows from row0 + ra0 x 16 · VA tokens from ta, each slot's value broadcast and its
+// column's row of the token panel (a.x_panels) read as the FMA's memory operand (row = 16 c +
+// lane, the same lane index the permute uses). Per slot 2 · RT permute-fed FMAs and RA · VA
+// load-fed ones, against 16 permute-fed in tile<8>: bench_port_mix ran permute-fed FMAs alone at
+// 2.7 G/s and 1:1 mixes with load-fed ones at 3.67 G/s (the register-fed peak).
+// Each output element is still the chain over its row's slots in order: the same bits.
+template <int RT, int RA, int VA>
+inline void hybrid_pass(const NmGemmLaneArgs& a, const NmGemmLaneLayout& lay, int64_t tb,
+                        int64_t ta, int64_t b, int64_t ra0, int64_t c0, int64_t c1) {
+  const int64_t row0 = kLaneRows * b;
+  const bool first = c0 == 0;
+  __m512 acc0[RT];
+  __m512 acc1[RT];
+  if (!first || a.start_w != nullptr) {
+    load_transposed<RT>(a, tb, row0, first, acc0, acc1);
+  } else {
+    for (int t = 0; t < RT; ++t) acc0[t] = acc1[t] = _mm512_setzero_ps();
+  }
+  __m512 acc[RA][VA];
+  for (int r = 0; r < RA; ++r) {
+    const int64_t row = row0 + ra0 + r;
+    for (int v = 0; v < VA; ++v) {
+      const int64_t t = ta + 16 * v;
+      if (row >= a.rows || (first && a.start_w == nullptr)) {
+        acc[r][v] = _mm512_setzero_ps();
+      } else if (!first) {
+        acc[r][v] = _mm512_loadu_ps(a.y + row * a.ldy + t);
+      } else {
+        const __m512i keep = _mm512_cvtepu8_epi32(_mm_loadu_si128(
+            reinterpret_cast<const __m128i*>(a.start_keep + row * a.start_ldkeep + t)));
+        acc[r][v] =
+            _mm512_maskz_mul_ps(_mm512_testn_epi32_mask(keep, keep), _mm512_set1_ps(a.start_lambda),
+                                _mm512_loadu_ps(a.start_w + row * a.start_ldw + t));
+      }
+    }
+  }
+  const float* panel = a.x_panels + ta / kLanePanel * a.depth * kLanePanel;
+  const int64_t per_chunk = lay.slots_per_chunk;
+  const int64_t full = std::min(c1, a.depth / kLaneChunk);
+  for (int64_t c = c0; c < full; ++c) {
+    __m512 x[RT];
+    const float* v = a.values + lay.offset(b, c, 0);
+    const int32_t* l = a.lanes + lay.offset(b, c, 0);
+    const float* xt = panel + kLaneChunk * c * kLanePanel;
+    for (int t = 0; t < RT; ++t) x[t] = _mm512_loadu_ps(a.x + (tb + t) * a.ldx + kLaneChunk * c);
+    for (int64_t s = 0; s < per_chunk; ++s) {
+      const __m512 w0 = _mm512_load_ps(v + kLaneRows * s);
+      const __m512 w1 = _mm512_load_ps(v + kLaneRows * s + 16);
+      const __m512i i0 = _mm512_load_si512(l + kLaneRows * s);
+      const __m512i i1 = _mm512_load_si512(l + kLaneRows * s + 16);
+      for (int t = 0; t < RT; ++t) {
+        acc0[t] = _mm512_fmadd_ps(_mm512_permutexvar_ps(i0, x[t]), w0, acc0[t]);
+        acc1[t] = _mm512_fmadd_ps(_mm512_permutexvar_ps(i1, x[t]), w1, acc1[t]);
+      }
+      for (int r = 0; r < RA; ++r) {
+        const __m512 wr = _mm512_set1_ps(v[kLaneRows * s + ra0 + r]);
+        const float* xr = xt + l[kLaneRows * s + ra0 + r] * kLanePanel;
+        for (int u = 0; u < VA; ++u)
+          acc[r][u] = _mm512_fmadd_ps(wr, _mm512_loadu_ps(xr + 16 * u), acc[r][u]);
+      }
+    }
+  }
+  if (full < c1) {  // the partial last chunk: its real slots only
+    const int64_t cols = a.depth - kLaneChunk * full;
+    const auto km = static_cast<__mmask16>((1u << cols) - 1u);
+    __m512 x[RT];
+    for (int t = 0; t < RT; ++t) {
+      x[t] = _mm512_maskz_loadu_ps(km, a.x + (tb + t) * a.ldx + kLaneChunk * full);
+    }
+    const float* v = a.values + lay.offset(b, full, 0);
+    const int32_t* l = a.lanes + lay.offset(b, full, 0);
+    const float* xt = panel + kLaneChunk * full * kLanePanel;
+    for (int64_t s = 0; s < cols / a.m * a.n; ++s) {
+      const __m512 w0 = _mm512_load_ps(v + kLaneRows * s);
+      const __m512 w1 = _mm512_load_ps(v + kLaneRows * s + 16);
+      const __m512i i0 = _mm512_load_si512(l + kLaneRows * s);
+      const __m512i i1 = _mm512_load_si512(l + kLaneRows * s + 16);
+      for (int t = 0; t < RT; ++t) {
+        acc0[t] = _mm512_fmadd_ps(_mm512_permutexvar_ps(i0, x[t]), w0, acc0[t]);
+        acc1[t] = _mm512_fmadd_ps(_mm512_permutexvar_ps(i1, x[t]), w1, acc1[t]);
+      }
+      for (int r = 0; r < RA; ++r) {
+        const __m512 wr = _mm512_set1_ps(v[kLaneRows * s + ra0 + r]);
+        const float* xr = xt + l[kLaneRows * s + ra0 + r] * kLanePanel;
+        for (int u = 0; u < VA; ++u)
+          acc[r][u] = _mm512_fmadd_ps(wr, _mm512_loadu_ps(xr + 16 * u), acc[r][u]);
+      }
+    }
+  }
+  store_transposed<RT>(a, tb, row0, acc0, acc1);
+  for (int r = 0; r < RA; ++r) {
+    const int64_t row = row0 + ra0 + r;
+    if (row >= a.rows) continue;
+    for (int u = 0; u < VA; ++u) _mm512_storeu_ps(a.y + row * a.ldy + ta + 16 * u, acc[r][u]);
+  }
+}
+
+// Hybrid super-tile shape: per row block, kHybridPasses passes cover kHybridRT · kHybridPasses
+// tokens permute-fed and kHybridVA · 16 tokens load-fed (kHybridRA rows per pass): 96 + 32 tokens,
+// 28 zmm registers. Per slot 12 permute-fed and 4 load-fed FMAs against 4 operand loads, 2
+// broadcasts, 2 lane loads and 4 X loads: at 4 (or 8) permute-fed FMAs the loads were the limit.
+// Measured in nm_wgrad, one thread, Zen 4, 2:4, ms at T 2048 2048 x 2048 / T 512 4096 x 4096
+// (`bench_wgrad --benchmark_filter=Kernels`): RT 6 RA 2 VA 2 112.6 / 118.1; RT 6 RA 1 VA 2
+// 124.6 / 118.9; RT 6 RA 1 VA 4 126.3 / 119.6; RT 4 RA 2 VA 2 122.2 / 128.0; RT 4 RA 1 VA 2
+// 128.7 / 135.3; permute-only tiles 118.8 / 123.4. Reading the load-fed rows of X in place (a
+// 16 KB stride between slots) instead of from 32-token panels: 200.0 / 144.0.
+constexpr int kHybridRT = 6;
+constexpr int kHybridRA = 2;
+constexpr int kHybridVA = 2;
+constexpr int kHybridPasses = static_cast<int>(kLaneRows) / kHybridRA;
+constexpr int64_t kHybridTokens = kHybridRT * kHybridPasses + 16 * kHybridVA;
+static_assert(16 * kHybridVA == kLanePanel && kHybridTokens % kLanePanel == 0 &&
+              kLaneHybridTokenBlock % kHybridTokens == 0);
 
 template <int RT>
 void tile_tail(const NmGemmLaneArgs& a, const NmGemmLaneLayout& lay, int rt, int64_t t0, int64_t b,
@@ -111,6 +290,15 @@ void nm_gemm_lanes_avx512(const NmGemmLaneArgs& a, int64_t t_begin, int64_t t_en
     const int64_t c1 = c0 + kDepthChunks < lay.chunks ? c0 + kDepthChunks : lay.chunks;
     for (int64_t b = b_begin; b < b_end; ++b) {
       int64_t t0 = t_begin;
+      if (a.x_panels != nullptr) {
+        for (; t0 + kHybridTokens <= t_end; t0 += kHybridTokens) {
+          for (int p = 0; p < kHybridPasses; ++p) {
+            hybrid_pass<kHybridRT, kHybridRA, kHybridVA>(a, lay, t0 + kHybridRT * p,
+                                                         t0 + kHybridRT * kHybridPasses, b,
+                                                         kHybridRA * p, c0, c1);
+          }
+        }
+      }
       for (; t0 + kTileTokens <= t_end; t0 += kTileTokens) {
         tile<kTileTokens>(a, lay, t0, b, c0, c1);
       }

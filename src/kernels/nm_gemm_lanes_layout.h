@@ -22,6 +22,10 @@ namespace nms::detail {
 
 inline constexpr int64_t kLaneRows = 32;   // rows of A per block: 2 zmm of outputs
 inline constexpr int64_t kLaneChunk = 16;  // columns of K per chunk: one zmm of X
+inline constexpr int64_t kLanePanel = 32;  // tokens per panel of the hybrid kernel's X
+// Tokens per work item of the hybrid kernel: a multiple of its super-tile
+// (nm_gemm_lanes_avx512.cpp) and of kLanePanel.
+inline constexpr int64_t kLaneHybridTokenBlock = 256;
 
 struct NmGemmLaneLayout {
   int64_t rows = 0;
@@ -51,8 +55,24 @@ struct NmGemmLaneArgs {
   const int32_t* lanes;
   int64_t rows, depth;
   int n, m;
-  float* y;  // [tokens, rows], row stride ldy
+  float* y;  // [tokens, rows], row stride ldy; [rows, tokens] when y_transposed
   int64_t ldy;
+  // Yᵀ form (nm_wgrad's dW = Yᵀ): element (token t, row r) at y[r · ldy + t], moved through a
+  // 16 x 16 in-register transpose per tile at its load and store (~128 shuffles against 8192
+  // permutes and FMAs of a tile at T 512, 2:4). Only in this form, with start_w set, the first K
+  // block starts each element from start_lambda · start_w(r, t) where start_keep(r, t) == 0 and
+  // from 0 where it is not (nm_wgrad's decay term), instead of from 0.
+  bool y_transposed = false;
+  const float* start_w = nullptr;  // [rows, tokens], row stride start_ldw
+  int64_t start_ldw = 0;
+  const uint8_t* start_keep = nullptr;  // [rows, tokens] bytes, row stride start_ldkeep
+  int64_t start_ldkeep = 0;
+  float start_lambda = 0.0f;
+  // The hybrid kernel (Yᵀ form only; null for the permute-only kernel): X in panels of
+  // kLanePanel tokens, element (token t, column k) at
+  // x_panels[(t / kLanePanel · depth + k) · kLanePanel + t % kLanePanel] (tokens past the last
+  // padded with 0); t_begin of every call a multiple of kLanePanel.
+  const float* x_panels = nullptr;
 };
 
 // Y for tokens [t_begin, t_end) and row blocks [b_begin, b_end) (nm_gemm_lanes_avx512.cpp): per

@@ -65,10 +65,11 @@ namespace nms {
 // Reusable buffers for nm_wgrad, per work item: the X panels of one K-block and the decoded dYᵀ
 // tiles of one chunk of rows. Once warmed (same shapes and thread count), a call allocates nothing.
 struct NmWgradWorkspace {
-  AlignedBuffer<float> x_panels;
+  AlignedBuffer<float> x_panels;  // kernel A: a K-block of X; kPermute: all of X in panels
   AlignedBuffer<float> tile_values;
   AlignedBuffer<int32_t> tile_offsets;
-  NmGemmOperand dy_t;  // AVX-512: dYᵀ packed for nm_gemm's kernel
+  NmGemmOperand dy_t;        // AVX-512: dYᵀ packed for nm_gemm's kernels
+  AlignedBuffer<float> x_t;  // kPermute: Xᵀ [in, T]
 };
 
 // True for every valid pattern: kernel A's cost does not depend on m (the AVX-512 kernel runs
@@ -91,9 +92,17 @@ struct NmWgradDecay {
 //   kGemm    nm_gemm's kernel on dWᵀ = Xᵀ · (dYᵀ)ᵀ: dYᵀ packed as its operand (O(out · T · n/m)
 //            per call), the in features of X as its tokens, each output block kept in L2 over the
 //            whole reduction and written to dW once (nm_gemm.h);
-//   kAuto    kGemm for a large dW and short T, where kernel A's sweeps of dW dominate (measured
-//            in nm_wgrad.cpp), kPanels otherwise.
-enum class NmWgradKernel { kAuto, kPanels, kGemm };
+//   kPermute the hybrid form of nm_gemm's permute kernel on the same product
+//            (nm_gemm_lanes_layout.h): dYᵀ in its lane form (O(out · T · n/m) per call), X
+//            transposed and in 32-column panels (O(T · in) each); per walk over a row block's
+//            slots, permute-fed FMAs for 6 in features x 32 out features (16 out features per
+//            vector, the tile of dWᵀ transposed in registers as it is loaded and stored) and
+//            load-fed FMAs for 2 out features x 32 in features, to balance the shuffle and load
+//            ports; where m divides 16 (kPanels otherwise);
+//   kAuto    kPermute where nm_gemm_kernel_active() is the permute kernel and m <= 4; otherwise
+//            kGemm for a large dW and short T, where kernel A's sweeps of dW dominate, and kPanels
+//            for the rest (measured in nm_wgrad.cpp).
+enum class NmWgradKernel { kAuto, kPanels, kGemm, kPermute };
 
 // dW = dYᵀ · X (+ the decay term when `decay` is given). dy: kCols compression of dY [T, out];
 // x [T, in] (any ld >= in); dw [out, in] (any ld >= in, overwritten, must not overlap x or

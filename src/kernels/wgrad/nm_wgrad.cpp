@@ -10,9 +10,11 @@
 #include "kernels/nm_gemm_avx512.h"
 #include "kernels/nm_gemm_lanes.h"
 #include "kernels/wgrad/wgrad_kernels.h"
+#include "kernels/wgrad/wgrad_lanes.h"
 #include "nmsparse/core/error.h"
 #include "nmsparse/core/isa.h"
 #include "nmsparse/core/threading.h"
+#include "nmsparse/kernels/transpose.h"
 
 namespace nms {
 namespace {
@@ -88,6 +90,73 @@ bool use_gemm_kernel(NmWgradKernel kernel, int64_t tokens, int64_t in, int64_t o
   return out * in >= (int64_t{8} << 20) && tokens <= 2048;
 }
 
+#if defined(NMS_HAVE_AVX512_KERNELS)
+// kAuto: the hybrid permute kernel where nm_gemm's permute kernel is the active one (Zen 4) and
+// m <= 4. Measured, one thread, Zen 4, ms (panels / gemm / permute; `bench_wgrad
+// --benchmark_filter=Kernels`): 2:4 T x in -> out 8192 x 768 -> 3072 317.8 / 319.7 / 278.6,
+// 8192 x 3072 -> 768 305.6 / 290.3 / 271.3, 2048 x 2048 -> 2048 135.7 / 128.4 / 112.6,
+// 512 x 4096 -> 4096 131.0 / 123.6 / 118.1, 512 x 784 -> 4096 26.1 / 27.9 / 25.3; T 8192 x 768 ->
+// 3072 at 1:4 150.1 / - / 148.6, 4:8 269.1 / - / 277.8, 8:16 271.1 / - / 277.9.
+bool use_permute_kernel(NmWgradKernel kernel, NmPattern pattern) {
+  if (detail::kLaneChunk % pattern.m != 0) return false;
+  if (kernel == NmWgradKernel::kAuto) {
+    return pattern.m <= 4 && nm_gemm_kernel_active() == NmGemmKernel::kPermute;
+  }
+  return kernel == NmWgradKernel::kPermute;
+}
+
+// dWᵀ = Xᵀ · (dYᵀ)ᵀ on the permute kernel: its tokens are the in features (rows of Xᵀ), its rows
+// the out features (rows of dYᵀ), its depth T; dW is its Y in the Yᵀ form. Each element is the
+// chain over the row's slots in order from the start term, as in the other routes: the same bits.
+void wgrad_permute(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw, NmWgradWorkspace& w,
+                   const NmWgradDecay* decay) {
+  const int64_t tokens = dy.rows;
+  const int64_t in = x.cols();
+  detail::wgrad_lanes_from_compressed(dy, w.dy_t.lane_values, w.dy_t.lane_index);
+  // Xᵀ rows padded to a multiple of 16 floats plus 16: no power-of-two stride between the 8 rows
+  // a tile loads per chunk.
+  const int64_t ld_t = (tokens + 15) / 16 * 16 + 16;
+  const int64_t need = detail::mul_checked(in, ld_t, "nm_wgrad Xᵀ");
+  if (w.x_t.size() < need) w.x_t.resize_for_overwrite(need);
+  transpose_into(x, MatrixViewF(w.x_t.data(), in, tokens, ld_t));
+  detail::NmGemmLaneArgs args;
+  args.x = w.x_t.data();
+  args.ldx = ld_t;
+  args.values = w.dy_t.lane_values.data();
+  args.lanes = w.dy_t.lane_index.data();
+  args.rows = dy.cols;
+  args.depth = tokens;
+  args.n = dy.pattern.n;
+  args.m = dy.pattern.m;
+  args.y = dw.data();
+  args.ldy = dw.ld();
+  args.y_transposed = true;
+  // The hybrid kernel's panels of the product's X (= Xᵀ): 32 in features of X per panel, T rows.
+  const int64_t panels = (in + detail::kLanePanel - 1) / detail::kLanePanel;
+  const int64_t panel_floats = tokens * detail::kLanePanel;
+  const int64_t panels_need = detail::mul_checked(panels, panel_floats, "nm_wgrad X panels");
+  if (w.x_panels.size() < panels_need) w.x_panels.resize_for_overwrite(panels_need);
+  detail::parallel_for(panels, [&](int64_t p) {
+    const int64_t c = p * detail::kLanePanel;
+    const int64_t width = std::min<int64_t>(detail::kLanePanel, in - c);
+    float* dst = w.x_panels.data() + p * panel_floats;
+    for (int64_t t = 0; t < tokens; ++t, dst += detail::kLanePanel) {
+      std::memcpy(dst, x.row(t) + c, static_cast<size_t>(width) * sizeof(float));
+      std::fill(dst + width, dst + detail::kLanePanel, 0.0f);
+    }
+  });
+  args.x_panels = w.x_panels.data();
+  if (decay != nullptr) {
+    args.start_w = decay->w.data();
+    args.start_ldw = decay->w.ld();
+    args.start_keep = decay->keep;
+    args.start_ldkeep = decay->keep_ld;
+    args.start_lambda = decay->lambda;
+  }
+  detail::nm_gemm_lanes_run(args, in);
+}
+#endif
+
 }  // namespace
 
 bool nm_wgrad_has_fast_path(NmPattern pattern) {
@@ -128,6 +197,10 @@ void nm_wgrad(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw, NmWgra
   NmWgradWorkspace local;
   NmWgradWorkspace& w = ws != nullptr ? *ws : local;
 #if defined(NMS_HAVE_AVX512_KERNELS)
+  if (isa_active() == Isa::kAvx512 && use_permute_kernel(kernel, dy.pattern)) {
+    wgrad_permute(dy, x, dw, w, decay);
+    return;
+  }
   if (isa_active() == Isa::kAvx512 && use_gemm_kernel(kernel, tokens, in, out)) {
     // dWᵀ = Xᵀ · (dYᵀ)ᵀ is nm_gemm's product with A = dYᵀ [out, T] (N:M along T) and the in
     // features of X as its tokens; its kernel keeps each output block in L2 across the whole

@@ -64,12 +64,14 @@ void expect_same_as_first_level(Matrix& first, ConstMatrixViewF dw, Isa isa) {
       << "isa " << isa_name(isa) << " differs from the first level";
 }
 
-// Every ISA level, and at AVX-512 both kernels (nm_wgrad.h): each must give the bits of the first.
-constexpr std::array<std::pair<Isa, NmWgradKernel>, 4> kLevels{
+// Every ISA level, and at AVX-512 every kernel (nm_wgrad.h; kPermute falls back to kPanels where
+// m does not divide 16): each must give the bits of the first.
+constexpr std::array<std::pair<Isa, NmWgradKernel>, 5> kLevels{
     {{Isa::kScalar, NmWgradKernel::kAuto},
      {Isa::kAvx2, NmWgradKernel::kAuto},
      {Isa::kAvx512, NmWgradKernel::kPanels},
-     {Isa::kAvx512, NmWgradKernel::kGemm}}};
+     {Isa::kAvx512, NmWgradKernel::kGemm},
+     {Isa::kAvx512, NmWgradKernel::kPermute}}};
 
 struct Case {
   int64_t tokens, in, out;
@@ -138,6 +140,24 @@ TEST(NmWgrad, RowAndColumnTileEdges) {
   }
 }
 
+TEST(NmWgrad, PermuteTileEdges) {
+  // kPermute: tiles of 8 in features x 32 out features, items of 256 in features, chunks of 16
+  // tokens, K blocks of 128 chunks (2048 tokens).
+  uint64_t seed = 50;
+  for (int64_t out : {1, 15, 16, 17, 31, 32, 33, 67}) {
+    for (int64_t in : {1, 7, 8, 9, 255, 256, 257, 515}) {
+      check_case({36, in, out, {2, 4}}, seed++, /*pad=*/out % 3);
+    }
+  }
+  for (int64_t tokens : {16, 2044, 2048, 2052, 4100}) {
+    check_case({tokens, 9, 33, {2, 4}}, seed++, 1);
+    check_case({tokens, 9, 33, {1, 4}}, seed++, 1);
+  }
+  for (NmPattern p : {NmPattern{8, 16}, NmPattern{1, 2}, NmPattern{4, 8}}) {
+    for (int64_t tokens : {16, 48, 2064}) check_case({tokens, 10, 40, p}, seed++, 2);
+  }
+}
+
 TEST(NmWgrad, TokenBlockEdges) {
   // K-block: 64 tokens when m divides 64, else the largest multiple of m below 64 (63 for m = 7,
   // 60 for m = 12); m = 64: one group per block.
@@ -183,10 +203,12 @@ TEST(NmWgrad, EmptyShapes) {
 
 TEST(NmWgrad, SameBitsForOneAndTwoThreads) {
   // 300 columns: 3 panels; 16 columns: 1 panel (rows split); 2000 columns: columns split.
-  // kGemm: 500 rows of dW make two row chunks of nm_gemm's blocking.
-  for (NmWgradKernel kernel : {NmWgradKernel::kPanels, NmWgradKernel::kGemm}) {
+  // kGemm: 500 rows of dW make two row chunks of nm_gemm's blocking; kPermute: 300 in features
+  // make two items of 256, 16 and 500 rows four row parts.
+  for (NmWgradKernel kernel :
+       {NmWgradKernel::kPanels, NmWgradKernel::kGemm, NmWgradKernel::kPermute}) {
     for (int64_t in : {300, 16, 2000}) {
-      const int64_t out = kernel == NmWgradKernel::kGemm ? 500 : 50;
+      const int64_t out = kernel == NmWgradKernel::kPanels ? 50 : 500;
       const Matrix d = random_dy(520, out, {2, 4}, 3);
       const CompressedNm dy = nm_compress(d.view(), {2, 4}, NmAxis::kCols);
       const Matrix x = testing::random_matrix(520, in, 4);
@@ -292,7 +314,8 @@ TEST(NmWgrad, DecodersAgree) {
 TEST(NmWgrad, FusedDecayStartsEachChainFromTheDecayTerm) {
   const float lambda = 0.375f;
   for (const Case& c : {Case{64, 130, 7, NmPattern{2, 4}}, Case{200, 17, 4, NmPattern{4, 8}},
-                        Case{96, 260, 9, NmPattern{1, 4}}, Case{0, 33, 5, NmPattern{2, 4}}}) {
+                        Case{96, 260, 9, NmPattern{1, 4}}, Case{0, 33, 5, NmPattern{2, 4}},
+                        Case{2064, 203, 35, NmPattern{2, 4}}}) {
     SCOPED_TRACE(describe(c));
     const Matrix d = random_dy(c.tokens, c.out, c.pattern, 5);
     const CompressedNm dy = nm_compress(d.view(), c.pattern, NmAxis::kCols);
@@ -378,7 +401,8 @@ TEST(NmWgrad, IndexOutOfGroupIsRefused) {
   dy.indices[0] = 0x0F;  // slots 0 and 1: indices 3, 3
   Matrix x(3, 4);
   Matrix w(1, 4);
-  for (NmWgradKernel kernel : {NmWgradKernel::kPanels, NmWgradKernel::kGemm}) {
+  for (NmWgradKernel kernel :
+       {NmWgradKernel::kPanels, NmWgradKernel::kGemm, NmWgradKernel::kPermute}) {
     testing::expect_error([&] { nm_wgrad(dy, x.view(), w.view(), nullptr, nullptr, kernel); },
                           ">= m (3)");
   }
