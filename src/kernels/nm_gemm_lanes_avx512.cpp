@@ -261,6 +261,10 @@ inline void hybrid_pass(const NmGemmLaneArgs& a, const NmGemmLaneLayout& lay, in
 // 124.6 / 118.9; RT 6 RA 1 VA 4 126.3 / 119.6; RT 4 RA 2 VA 2 122.2 / 128.0; RT 4 RA 1 VA 2
 // 128.7 / 135.3; permute-only tiles 118.8 / 123.4. Reading the load-fed rows of X in place (a
 // 16 KB stride between slots) instead of from 32-token panels: 200.0 / 144.0.
+// Chunks per K block of the hybrid pass: 128, as for tile<8>. 32 (a token block's Xᵀ rows, panels
+// and slab all in L2) measured 274.3 -> 298.1 ms at T 8192 768 -> 3072 and 113.3 -> 131.1 ms at
+// 2048^3 (nm_wgrad, one thread, 2:4).
+constexpr int64_t kHybridDepthChunks = 128;
 constexpr int kHybridRT = 6;
 constexpr int kHybridRA = 2;
 constexpr int kHybridVA = 2;
@@ -286,8 +290,9 @@ void tile_tail(const NmGemmLaneArgs& a, const NmGemmLaneLayout& lay, int rt, int
 void nm_gemm_lanes_avx512(const NmGemmLaneArgs& a, int64_t t_begin, int64_t t_end, int64_t b_begin,
                           int64_t b_end) {
   const NmGemmLaneLayout lay(a.rows, a.depth, a.n, a.m);
-  for (int64_t c0 = 0; c0 < lay.chunks; c0 += kDepthChunks) {
-    const int64_t c1 = c0 + kDepthChunks < lay.chunks ? c0 + kDepthChunks : lay.chunks;
+  const int64_t depth_chunks = a.x_panels != nullptr ? kHybridDepthChunks : kDepthChunks;
+  for (int64_t c0 = 0; c0 < lay.chunks; c0 += depth_chunks) {
+    const int64_t c1 = c0 + depth_chunks < lay.chunks ? c0 + depth_chunks : lay.chunks;
     for (int64_t b = b_begin; b < b_end; ++b) {
       int64_t t0 = t_begin;
       if (a.x_panels != nullptr) {

@@ -99,9 +99,9 @@ struct NmWgradDecay {
 //            vector, the tile of dWᵀ transposed in registers as it is loaded and stored) and
 //            load-fed FMAs for 2 out features x 32 in features, to balance the shuffle and load
 //            ports; where m divides 16 (kPanels otherwise);
-//   kAuto    kPermute where nm_gemm_kernel_active() is the permute kernel and m <= 4; otherwise
-//            kGemm for a large dW and short T, where kernel A's sweeps of dW dominate, and kPanels
-//            for the rest (measured in nm_wgrad.cpp).
+//   kAuto    kPermute where nm_gemm_kernel_active() is the permute kernel, m <= 4 and X has at
+//            least 512 columns; otherwise kGemm for a large dW and short T, where kernel A's
+//            sweeps of dW dominate, and kPanels for the rest (measured in nm_wgrad.cpp).
 enum class NmWgradKernel { kAuto, kPanels, kGemm, kPermute };
 
 // dW = dYᵀ · X (+ the decay term when `decay` is given). dy: kCols compression of dY [T, out];
