@@ -153,7 +153,7 @@ inline void tile(const NmGemmLaneArgs& a, const NmGemmLaneLayout& lay, int64_t t
   }
 }
 
-// The hybrid pass (Yᵀ form with a.xt set): one walk over the chunks of row block b feeds two
+// The hybrid pass (Yᵀ form with a.x_panels set): one walk over the chunks of row block b feeds two
 // disjoint output tiles. Permute-fed: RT tokens from tb x the block's 32 rows, as in tile<RT>.
 // Load-fed: RA rows from row0 + ra0 x 16 · VA tokens from ta, each slot's value broadcast and its
 // column's row of the token panel (a.x_panels) read as the FMA's memory operand (row = 16 c +

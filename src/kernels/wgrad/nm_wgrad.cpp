@@ -91,15 +91,14 @@ bool use_gemm_kernel(NmWgradKernel kernel, int64_t tokens, int64_t in, int64_t o
 }
 
 #if defined(NMS_HAVE_AVX512_KERNELS)
-// kAuto: the hybrid permute kernel where nm_gemm's permute kernel is the active one (Zen 4), m <= 4
-// and X has at least 512 columns. Measured, one thread, Zen 4, ms (panels / gemm / permute;
-// `bench_wgrad
-// --benchmark_filter=Kernels`): 2:4 T x in -> out 8192 x 768 -> 3072 317.8 / 319.7 / 278.6,
-// 8192 x 3072 -> 768 305.6 / 290.3 / 271.3, 2048 x 2048 -> 2048 135.7 / 128.4 / 112.6,
-// 512 x 4096 -> 4096 131.0 / 123.6 / 118.1, 512 x 784 -> 4096 26.1 / 27.9 / 25.3; T 8192 x 768 ->
-// 3072 at 1:4 150.1 / - / 148.6, 4:8 269.1 / - / 277.8, 8:16 271.1 / - / 277.9.
-// Narrow X (the vision transformer's 192 features) is kernel A's: 6400 x 192 -> 768 15.1 / 20.5 /
-// 20.9, 6400 x 192 -> 576 11.0 / 15.1 / 16.2, 6400 x 768 -> 192 15.9 / 14.9 / 16.8 (a second run).
+// kAuto: the hybrid permute kernel where nm_gemm's permute kernel is the active one (Zen 4),
+// m <= 4 and X has at least 512 columns. Measured, one thread, Zen 4, ms (panels / gemm /
+// permute; `bench_wgrad --benchmark_filter=Kernels`): 2:4 T x in -> out 8192 x 768 -> 3072 317.8 /
+// 319.7 / 278.6, 8192 x 3072 -> 768 305.6 / 290.3 / 271.3, 2048 x 2048 -> 2048 135.7 / 128.4 /
+// 112.6, 512 x 4096 -> 4096 131.0 / 123.6 / 118.1, 512 x 784 -> 4096 26.1 / 27.9 / 25.3; T 8192 x
+// 768 -> 3072 at 1:4 150.1 / - / 148.6, 4:8 269.1 / - / 277.8, 8:16 271.1 / - / 277.9. Narrow X
+// (the vision transformer's 192 features) is kernel A's: 6400 x 192 -> 768 15.1 / 20.5 / 20.9, 6400
+// x 192 -> 576 11.0 / 15.1 / 16.2, 6400 x 768 -> 192 15.9 / 14.9 / 16.8 (a second run).
 bool use_permute_kernel(NmWgradKernel kernel, NmPattern pattern, int64_t in) {
   if (detail::kLaneChunk % pattern.m != 0) return false;
   if (kernel == NmWgradKernel::kAuto) {
