@@ -260,7 +260,7 @@ inline void hybrid_pass(const NmGemmLaneArgs& a, const NmGemmLaneLayout& lay, in
 // (`bench_wgrad --benchmark_filter=Kernels`): RT 6 RA 2 VA 2 112.6 / 118.1; RT 6 RA 1 VA 2
 // 124.6 / 118.9; RT 6 RA 1 VA 4 126.3 / 119.6; RT 4 RA 2 VA 2 122.2 / 128.0; RT 4 RA 1 VA 2
 // 128.7 / 135.3; permute-only tiles 118.8 / 123.4. Reading the load-fed rows of X in place (a
-// 16 KB stride between slots) instead of from 32-token panels: 200.0 / 144.0.
+// 16 KB stride between slots) instead of from 32-token panels, at RT 4 RA 2 VA 2: 200.0 / 144.0.
 // Chunks per K block of the hybrid pass: 128, as for tile<8>. 32 (a token block's Xᵀ rows, panels
 // and slab all in L2) measured 274.3 -> 298.1 ms at T 8192 768 -> 3072 and 113.3 -> 131.1 ms at
 // 2048^3 (nm_wgrad, one thread, 2:4).
