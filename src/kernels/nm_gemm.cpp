@@ -88,7 +88,6 @@ int64_t worker_floats(const detail::NmGemmBlocking& k, const detail::NmGemmLayou
 namespace detail {
 
 void nm_gemm_simd(const NmGemmArgs& args, int64_t tokens, bool avx512) {
-  NMS_ASSERT(avx512 || !args.transposed);
   const NmGemmLayout lay(args.rows, args.depth, args.n, args.m);
   const NmGemmBlocking k = choose_blocking(lay, tokens, max_threads());
   const int64_t scratch_floats = worker_floats(k, lay);

@@ -15,7 +15,7 @@ struct NmGemmArgs {
   int n, m;
   float* y;  // [tokens, rows], row stride ldy
   int64_t ldy;
-  // The weight-gradient form (nm_wgrad, AVX-512 only): x is given as [depth, tokens] (x(t, k) at
+  // The weight-gradient form (nm_wgrad): x is given as [depth, tokens] (x(t, k) at
   // x[k · ldx + t]) and y as [rows, tokens] (y(t, r) at y[r · ldy + t]), and when start_w is set
   // each output's chain starts from start_lambda · start_w(r, t) where start_keep(r, t) == 0 (the
   // SR-STE decay term; row strides start_ldw, start_ldkeep) instead of from 0.
@@ -28,7 +28,7 @@ struct NmGemmArgs {
 };
 
 // The blocked, threaded driver of the SIMD levels (nm_gemm.cpp): Y for `tokens` rows of X at the
-// AVX-512 level (avx512) or the AVX2 one (a.transposed must then be false).
+// AVX-512 level (avx512) or the AVX2 one.
 void nm_gemm_simd(const NmGemmArgs& a, int64_t tokens, bool avx512);
 
 // Packs Xᵀ for tokens [t0, t0 + width), width <= kNmGemmPanel (one panel): xt[b][k][t] =

@@ -87,7 +87,8 @@ struct NmWgradDecay {
   float lambda = 0.0f;
 };
 
-// Which AVX-512 kernel computes dW (the same bits either way; other ISA levels always take A):
+// Which kernel computes dW (the same bits either way; kGemm at the AVX2 and AVX-512 levels,
+// kPermute at AVX-512 only; the scalar level always takes A):
 //   kPanels  kernel A above (panels of X, dW swept once per K-block);
 //   kGemm    nm_gemm's kernel on dWᵀ = Xᵀ · (dYᵀ)ᵀ: dYᵀ packed as its operand (O(out · T · n/m)
 //            per call), the in features of X as its tokens, each output block kept in L2 over the
@@ -99,9 +100,10 @@ struct NmWgradDecay {
 //            vector, the tile of dWᵀ transposed in registers as it is loaded and stored) and
 //            load-fed FMAs for 2 out features x 32 in features, to balance the shuffle and load
 //            ports; where m divides 16 (kPanels otherwise);
-//   kAuto    kPermute where nm_gemm_kernel_active() is the permute kernel, m <= 4 and X has at
-//            least 512 columns; otherwise kGemm for a large dW and short T, where kernel A's
-//            sweeps of dW dominate, and kPanels for the rest (measured in nm_wgrad.cpp).
+//   kAuto    at AVX-512, kPermute where nm_gemm_kernel_active() is the permute kernel, m <= 4
+//            and X has at least 512 columns; otherwise kGemm for a large dW and short T, where
+//            kernel A's sweeps of dW dominate, and kPanels for the rest. At AVX2, kGemm (2.1-2.2x
+//            faster than A on Zen 2). Measured in nm_wgrad.cpp.
 enum class NmWgradKernel { kAuto, kPanels, kGemm, kPermute };
 
 // dW = dYᵀ · X (+ the decay term when `decay` is given). dy: kCols compression of dY [T, out];

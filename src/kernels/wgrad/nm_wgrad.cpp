@@ -85,8 +85,14 @@ void check_dy(const CompressedNm& dy) {
 // A / nm_gemm's; `nmsparse bench kernels --gemms weight_grad`): T x in -> out 512 x 4096 -> 4096
 // 86.5 / 72.2, 512 x 784 -> 4096 17.8 / 20.8, 2048 x 2048 -> 2048 81.4 / 80.9, 8192 x 768 -> 3072
 // 204.2 / 230.9, 8192 x 3072 -> 768 195.4 / 196.7, 6400 x 192 -> 768 14.9 / 20.5.
-bool use_gemm_kernel(NmWgradKernel kernel, int64_t tokens, int64_t in, int64_t out) {
+bool use_gemm_kernel(NmWgradKernel kernel, Isa isa, int64_t tokens, int64_t in, int64_t out) {
   if (kernel != NmWgradKernel::kAuto) return kernel == NmWgradKernel::kGemm;
+  // At AVX2 (Zen 2, one thread, ms, kernel A / nm_gemm's, 2:4, with MVUE of dY): 2048 x 2048 ->
+  // 2048 422.6 / 190.2, 8192 x 768 -> 3072 1185.3 / 538.4, 512 x 4096 -> 4096 376.4 / 184.1,
+  // 6400 x 192 -> 768 55.4 / 43.3, 6400 x 768 -> 192 40.4 / 26.5; 4:8 133.9 / 125.5 and
+  // 59.5 / 45.0 on the last two. Kernel A's 12 accumulators per 3-row tile leave 1.5 loads per FMA
+  // and its dW sweeps go through masked loads and stores.
+  if (isa == Isa::kAvx2) return true;
   return out * in >= (int64_t{8} << 20) && tokens <= 2048;
 }
 
@@ -203,7 +209,7 @@ void nm_wgrad(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw, NmWgra
     wgrad_permute(dy, x, dw, w, decay);
     return;
   }
-  if (isa_active() == Isa::kAvx512 && use_gemm_kernel(kernel, tokens, in, out)) {
+  if (isa_active() >= Isa::kAvx2 && use_gemm_kernel(kernel, isa_active(), tokens, in, out)) {
     // dWᵀ = Xᵀ · (dYᵀ)ᵀ is nm_gemm's product with A = dYᵀ [out, T] (N:M along T) and the in
     // features of X as its tokens; its kernel keeps each output block in L2 across the whole
     // reduction and walks 128-token panel pairs (nm_gemm.h). In the transposed form it reads X's
@@ -233,7 +239,7 @@ void nm_wgrad(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw, NmWgra
       args.start_ldkeep = decay->keep_ld;
       args.start_lambda = decay->lambda;
     }
-    detail::nm_gemm_simd(args, in, /*avx512=*/true);
+    detail::nm_gemm_simd(args, in, isa_active() == Isa::kAvx512);
     return;
   }
 #endif

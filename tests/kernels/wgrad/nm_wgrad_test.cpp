@@ -64,11 +64,12 @@ void expect_same_as_first_level(Matrix& first, ConstMatrixViewF dw, Isa isa) {
       << "isa " << isa_name(isa) << " differs from the first level";
 }
 
-// Every ISA level, and at AVX-512 every kernel (nm_wgrad.h; kPermute falls back to kPanels where
-// m does not divide 16): each must give the bits of the first.
-constexpr std::array<std::pair<Isa, NmWgradKernel>, 5> kLevels{
+// Every ISA level with each of its kernels (nm_wgrad.h; kPermute, AVX-512 only, falls back to
+// kPanels where m does not divide 16): each must give the bits of the first.
+constexpr std::array<std::pair<Isa, NmWgradKernel>, 6> kLevels{
     {{Isa::kScalar, NmWgradKernel::kAuto},
-     {Isa::kAvx2, NmWgradKernel::kAuto},
+     {Isa::kAvx2, NmWgradKernel::kPanels},
+     {Isa::kAvx2, NmWgradKernel::kGemm},
      {Isa::kAvx512, NmWgradKernel::kPanels},
      {Isa::kAvx512, NmWgradKernel::kGemm},
      {Isa::kAvx512, NmWgradKernel::kPermute}}};
