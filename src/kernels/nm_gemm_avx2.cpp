@@ -172,6 +172,7 @@ void nm_gemm_avx2_block(const NmGemmArgs& a, int64_t tile0, int64_t tile1, int64
   const bool start_term = a.start_w != nullptr;
   if (start_term) {
     const int64_t r_end = tile1 * kNmGemmTileRows < a.rows ? tile1 * kNmGemmTileRows : a.rows;
+    const __m256 lambda = _mm256_set1_ps(a.start_lambda);
     for (int64_t r = tile0 * kNmGemmTileRows; r < tile1 * kNmGemmTileRows; ++r) {
       for (int64_t q = 0; q < panels; ++q) {
         const int64_t tq = t0 + q * kNmGemmPanel;
@@ -180,7 +181,16 @@ void nm_gemm_avx2_block(const NmGemmArgs& a, int64_t tile0, int64_t tile1, int64
         float* out = scratch + q * yb_floats + (r - tile0 * kNmGemmTileRows) * kNmGemmPanel;
         const float* w = a.start_w + r * a.start_ldw + tq;
         const uint8_t* keep = a.start_keep + r * a.start_ldkeep + tq;
-        for (int64_t t = 0; t < kNmGemmPanel; ++t) {
+        int64_t t = 0;
+        for (; t + 8 <= width; t += 8) {
+          int64_t bytes;
+          std::memcpy(&bytes, keep + t, sizeof(bytes));
+          const __m256i k = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(bytes));
+          const __m256 pruned = _mm256_castsi256_ps(_mm256_cmpeq_epi32(k, _mm256_setzero_si256()));
+          const __m256 v = _mm256_mul_ps(lambda, _mm256_loadu_ps(w + t));
+          _mm256_store_ps(out + t, _mm256_and_ps(pruned, v));
+        }
+        for (; t < kNmGemmPanel; ++t) {
           out[t] = t < width && keep[t] == 0 ? a.start_lambda * w[t] : 0.0f;
         }
       }
