@@ -13,29 +13,10 @@
 
 #include "kernels/nm_gemm_avx512.h"
 #include "kernels/nm_gemm_layout.h"
+#include "kernels/transpose8_avx2.h"
 
 namespace nms::detail {
 namespace {
-
-// 8 x 8 transpose: r[i] lane j -> r[j] lane i.
-inline void transpose8(__m256 r[8]) {
-  __m256 a[8];
-  for (int i = 0; i < 4; ++i) {
-    a[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    a[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  __m256 b[8];
-  for (int j = 0; j < 2; ++j) {
-    b[4 * j] = _mm256_shuffle_ps(a[4 * j], a[4 * j + 2], 0x44);
-    b[4 * j + 1] = _mm256_shuffle_ps(a[4 * j], a[4 * j + 2], 0xEE);
-    b[4 * j + 2] = _mm256_shuffle_ps(a[4 * j + 1], a[4 * j + 3], 0x44);
-    b[4 * j + 3] = _mm256_shuffle_ps(a[4 * j + 1], a[4 * j + 3], 0xEE);
-  }
-  for (int q = 0; q < 4; ++q) {
-    r[q] = _mm256_permute2f128_ps(b[q], b[4 + q], 0x20);
-    r[4 + q] = _mm256_permute2f128_ps(b[q], b[4 + q], 0x31);
-  }
-}
 
 inline __m256i first_lanes8(int64_t count) {
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);

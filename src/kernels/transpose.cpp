@@ -9,6 +9,7 @@
 #include "nmsparse/core/error.h"
 #include "nmsparse/core/isa.h"
 #ifdef NMS_HAVE_AVX512_KERNELS
+#include "kernels/transpose_avx2.h"
 #include "kernels/transpose_avx512.h"
 #endif
 
@@ -17,10 +18,11 @@ namespace {
 
 constexpr int64_t kBlock = 16;
 constexpr int64_t kColumnsPerItem = 256;  // dst rows per work item: 256 x K floats written
-// Destinations at least this large are written with non-temporal stores (AVX-512, aligned rows):
-// they do not fit the caches anyway, and each dst line is written whole by one block, so the
-// stores skip reading every line for ownership first. 4096 x 4096, one thread: 21-38 ms with
-// plain stores, 8.8 ms streaming (memcpy of the matrix: 5.8 ms); at 1024 x 1024 the two are alike.
+// Destinations at least this large are written with non-temporal stores (AVX2 / AVX-512, aligned
+// rows): they do not fit the caches anyway, and each dst line is written whole by one block, so
+// the stores skip reading every line for ownership first. 4096 x 4096, one thread, Xeon: 21-38 ms
+// with plain stores, 8.8 ms streaming (memcpy of the matrix: 5.8 ms); at 1024 x 1024 the two are
+// alike.
 constexpr int64_t kStreamBytes = int64_t{8} << 20;
 
 std::vector<int64_t> checked_order(std::span<const int64_t> order, int64_t rows, const char* what) {
@@ -45,7 +47,8 @@ void transpose_into(ConstMatrixViewF src, MatrixViewF dst, std::span<const int64
             dst.cols(), ", expected ", src.cols(), " x ", k_len);
   const int64_t c_len = src.cols();
 #ifdef NMS_HAVE_AVX512_KERNELS
-  const bool simd = isa_active() == Isa::kAvx512;
+  const Isa isa = isa_active();
+  const bool simd = isa >= Isa::kAvx2;
 #else
   const bool simd = false;
 #endif
@@ -63,13 +66,17 @@ void transpose_into(ConstMatrixViewF src, MatrixViewF dst, std::span<const int64
         for (; j0 + kBlock <= j_end; j0 += kBlock) {
           const float* block_rows[kBlock];
           for (int64_t i = 0; i < kBlock; ++i) block_rows[i] = src.row(rows[k0 + i]) + j0;
-          detail::transpose16_avx512(block_rows, dst.row(j0) + k0, dst.ld(), stream);
+          if (isa == Isa::kAvx512) {
+            detail::transpose16_avx512(block_rows, dst.row(j0) + k0, dst.ld(), stream);
+          } else {
+            detail::transpose16_avx2(block_rows, dst.row(j0) + k0, dst.ld(), stream);
+          }
         }
         for (; j0 < j_end; ++j0) {
           for (int64_t i = 0; i < kBlock; ++i) dst(j0, k0 + i) = src(rows[k0 + i], j0);
         }
       }
-      if (stream) detail::stream_fence_avx512();
+      if (stream) isa == Isa::kAvx512 ? detail::stream_fence_avx512() : detail::stream_fence_avx2();
 #endif
     }
     for (; k0 < k_len; k0 += kBlock) {  // scalar: whole matrix, or the last k_len % 16 rows

@@ -75,7 +75,7 @@ TEST(Transpose, LargeAlignedDestinationMatchesDefinition) {
   std::vector<float> src(static_cast<size_t>(r * c));
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i % 100003) - 7.0f;
   const std::vector<int64_t> order = make_order(r, 1);
-  for (Isa isa : {Isa::kScalar, Isa::kAvx512}) {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
     if (isa > isa_supported()) continue;
     ScopedIsa scoped(isa);
     SCOPED_TRACE(isa_name(isa));
