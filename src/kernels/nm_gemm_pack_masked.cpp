@@ -19,6 +19,7 @@
 #include "nmsparse/core/isa.h"
 #include "nmsparse/kernels/nm_gemm.h"
 #ifdef NMS_HAVE_AVX512_KERNELS
+#include "kernels/nm_gemm_pack24_avx2.h"
 #include "kernels/nm_gemm_pack24_avx512.h"
 #endif
 
@@ -129,10 +130,10 @@ constexpr int64_t kMaxRunFloats = kNmGemmMaxDepthBlock * kNmGemmTileRows * 2;
 
 // The packer for compile-time kN:kM (0: the runtime n, m). Entries go straight to their place:
 // slot j of row l of a group at e + (j * 6 + l) * 2 (through `run` when streaming; 2:4 runs by
-// the AVX-512 packer when `simd`). An over-full group sets `failed` and ends the tile.
+// the AVX-512 or AVX2 packer at those levels). An over-full group sets `failed` and ends the tile.
 template <int kN, int kM>
 void pack_tiles(ConstMatrixViewF a, const BitMask& mask, int n, int m,
-                const detail::NmGemmLayout& lay, float* packed, bool stream, bool simd,
+                const detail::NmGemmLayout& lay, float* packed, bool stream, Isa isa,
                 std::atomic<bool>& failed, int64_t tile) {
   const int nn = kN > 0 ? kN : n;
   const int mm = kM > 0 ? kM : m;
@@ -141,7 +142,7 @@ void pack_tiles(ConstMatrixViewF a, const BitMask& mask, int n, int m,
 #ifdef NMS_HAVE_AVX512_KERNELS
   const float* rows[kNmGemmTileRows];
   const uint64_t* mask_rows[kNmGemmTileRows];
-  if (kN == 2 && kM == 4 && simd) {
+  if (kN == 2 && kM == 4 && isa >= Isa::kAvx2) {
     for (int64_t l = 0; l < kNmGemmTileRows; ++l) {
       const int64_t r = tile * kNmGemmTileRows + l;
       rows[l] = r < a.rows() ? a.row(r) : nullptr;
@@ -149,7 +150,7 @@ void pack_tiles(ConstMatrixViewF a, const BitMask& mask, int n, int m,
     }
   }
 #else
-  (void)simd;
+  (void)isa;
 #endif
   for (int64_t b = 0; b < lay.depth_blocks; ++b) {
     float* const dst = packed + lay.entry(tile, lay.block_first_slot(b), 0);
@@ -157,17 +158,19 @@ void pack_tiles(ConstMatrixViewF a, const BitMask& mask, int n, int m,
     const int64_t col0 = b * lay.depth_block;
     const int64_t groups = lay.block_width(b) / mm;
 #ifdef NMS_HAVE_AVX512_KERNELS
-    if (kN == 2 && kM == 4 && simd &&
-        detail::nm_gemm_pack_run24_avx512(rows, mask_rows, col0, lay.block_width(b), e)) {
+    if (kN == 2 && kM == 4 && isa >= Isa::kAvx2 &&
+        (isa == Isa::kAvx512
+             ? detail::nm_gemm_pack_run24_avx512(rows, mask_rows, col0, lay.block_width(b), e)
+             : detail::nm_gemm_pack_run24_avx2(rows, mask_rows, col0, lay.block_width(b), e))) {
       if (stream) stream_copy(dst, run, groups * nn * kNmGemmTileRows * 2);
       continue;
     }
 #endif
     if constexpr (kN == 2 && kM == 4) {
-      // Row by row, each row's block one contiguous read. 4096 x 4096 at the AVX2 level, one
-      // thread, Zen 2 (`bench_mask_pack --benchmark_filter=NmGemmPackMasked`): 22.9 ms with
+      // Row by row, each row's block one contiguous read. 4096 x 4096 without SIMD, one thread,
+      // Zen 2 (`bench_mask_pack --benchmark_filter=NmGemmPackMasked`): 22.9 ms with
       // pack_group_row group by group down the 6 rows, 21.8 with this table, 20.2 row by row
-      // (a copy of the matrix: 8.8 ms; most samples wait on the loads of W).
+      // (a copy of the matrix: 8.8 ms; the AVX2 packer: 14.4 ms).
       for (int64_t l = 0; l < kNmGemmTileRows; ++l) {
         const int64_t r = tile * kNmGemmTileRows + l;
         float* el = e + l * 2;
@@ -402,10 +405,10 @@ void nm_gemm_pack_masked_into(ConstMatrixViewF a, const BitMask& mask, NmPattern
   // Runs are 16-byte aligned (each is a whole number of 48-byte (slot, tile) pairs from the
   // 64-byte aligned buffer), as _mm_stream_ps needs.
   const bool stream = lay.total_floats() >= kStreamFloats;
-  const bool simd = isa_active() == Isa::kAvx512;  // 2:4 runs: nm_gemm_pack24_avx512.cpp
+  const Isa isa = isa_active();  // 2:4 runs: nm_gemm_pack24_avx512.cpp, nm_gemm_pack24_avx2.cpp
   with_pattern(pattern, [&](auto kn, auto km) {
     detail::parallel_for(lay.tiles, [&](int64_t tile) {
-      pack_tiles<kn(), km()>(a, mask, n, m, lay, dst.packed.data(), stream, simd, failed, tile);
+      pack_tiles<kn(), km()>(a, mask, n, m, lay, dst.packed.data(), stream, isa, failed, tile);
     });
   });
   if (failed.load()) throw_first_overfull_group(mask, n, m);
