@@ -9,6 +9,7 @@
 
 #include "core/parallel.h"
 #ifdef NMS_HAVE_AVX512_KERNELS
+#include "mask/bimask_backward_avx2.h"
 #include "mask/bimask_backward_avx512.h"
 #endif
 #include "mask/bimask_checks.h"
@@ -163,11 +164,19 @@ BitMask bimask_backward(ConstMatrixViewF weights, const BitMask& forward, NmPatt
   const int64_t words = forward.words_per_row();
   BitMask backward(weights.rows(), weights.cols());
 #ifdef NMS_HAVE_AVX512_KERNELS
-  if (isa_active() == Isa::kAvx512 && m <= 16) {  // the same bits, 16 columns per step
+  // The same bits, 16 (AVX-512) or 8 (AVX2) columns per step.
+  if (const Isa isa = isa_active(); isa >= Isa::kAvx2 && m <= 16) {
     detail::parallel_for(weights.rows() / m, [&](int64_t g) {
-      detail::bimask_backward_group_avx512(weights.data(), weights.ld(), weights.cols(),
-                                           forward.row_words(0), backward.row_words(0), words,
-                                           &perm[static_cast<size_t>(g * m)], n, m);
+      const int64_t* rows = &perm[static_cast<size_t>(g * m)];
+      if (isa == Isa::kAvx512) {
+        detail::bimask_backward_group_avx512(weights.data(), weights.ld(), weights.cols(),
+                                             forward.row_words(0), backward.row_words(0), words,
+                                             rows, n, m);
+      } else {
+        detail::bimask_backward_group_avx2(weights.data(), weights.ld(), weights.cols(),
+                                           forward.row_words(0), backward.row_words(0), words, rows,
+                                           n, m);
+      }
     });
     return backward;
   }

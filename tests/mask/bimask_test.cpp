@@ -156,7 +156,7 @@ TEST(BiMask, BackwardMatchesReferenceAtEveryLevel) {
           ScopedIsa scalar(Isa::kScalar);
           want = bimask_backward(w.view(), f, p, perm);
         }
-        for (Isa isa : {Isa::kScalar, Isa::kAvx512}) {
+        for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
           if (isa > isa_supported()) continue;
           ScopedIsa scoped(isa);
           EXPECT_TRUE(bimask_backward(w.view(), f, p, perm) == want)
