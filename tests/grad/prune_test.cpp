@@ -147,6 +147,25 @@ TEST(GradPrune, MatchesReferenceOnEdgeSizes) {
   }
 }
 
+TEST(GradPrune, ColumnKernelsAcrossStrips) {
+  // 2:4 along columns over several column strips of the vector kernels (512 columns at AVX2 and
+  // AVX-512) with a scalar tail of 12 columns and 9 tiles of 8 group rows (the last partial), for
+  // a small key and for one with every bit of seed and stream set.
+  const Matrix g = make_input(0, 4 * 67, 1100, 21);
+  for (const GradPruneOptions& o :
+       {GradPruneOptions{GradMethod::kMvue, {2, 4}, NmAxis::kCols, 5, 3},
+        GradPruneOptions{GradMethod::kMvue, {2, 4}, NmAxis::kCols, ~uint64_t{0}, ~uint64_t{0}}}) {
+    const Matrix ref = detail::grad_prune_reference(g.view(), o);
+    for (Isa isa : isa_levels()) {
+      ScopedIsa level(isa);
+      SCOPED_TRACE(isa_name(isa));
+      ASSERT_TRUE(same_bits(ref, grad_prune(g.view(), o)));
+      const CompressedNm c = grad_prune_compressed(g.view(), o);
+      ASSERT_TRUE(same_compressed(c, nm_compress(ref.view(), o.pattern, o.axis)));
+    }
+  }
+}
+
 TEST(GradPrune, SameResultForOneAndTwoThreads) {
   for (const Config& cfg : kConfigs) {
     for (NmAxis axis : {NmAxis::kRows, NmAxis::kCols}) {
