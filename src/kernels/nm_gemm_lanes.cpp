@@ -65,6 +65,10 @@ NmGemmKernel nm_gemm_kernel_active() {
   return chosen;
 }
 
+NmGemmKernel nm_gemm_kernel_in_use() {
+  return isa_active() == Isa::kAvx512 ? nm_gemm_kernel_active() : NmGemmKernel::kBroadcast;
+}
+
 void set_nm_gemm_kernel(std::optional<NmGemmKernel> kernel) {
   g_kernel_override.store(kernel ? static_cast<int>(*kernel) : -1, std::memory_order_relaxed);
 }

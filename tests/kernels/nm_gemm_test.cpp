@@ -232,6 +232,14 @@ TEST(NmGemm, KernelNames) {
       EXPECT_EQ(nm_gemm_kernel_active(), NmGemmKernel::kBroadcast);
     }
     EXPECT_EQ(nm_gemm_kernel_active(), NmGemmKernel::kPermute);
+    {
+      ScopedIsa scalar(Isa::kScalar);  // below AVX-512 the operands run the broadcast scheme
+      EXPECT_EQ(nm_gemm_kernel_in_use(), NmGemmKernel::kBroadcast);
+    }
+    if (isa_supported() == Isa::kAvx512) {
+      ScopedIsa avx512(Isa::kAvx512);
+      EXPECT_EQ(nm_gemm_kernel_in_use(), NmGemmKernel::kPermute);
+    }
   }
 }
 

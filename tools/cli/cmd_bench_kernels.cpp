@@ -343,7 +343,7 @@ int run_bench_kernels(const KernelBenchOptions& o) {
   const nlohmann::json environment = {
       {"cpu", cpu_name()},
       {"isa", std::string(isa_name(isa_active()))},
-      {"nm_gemm_kernel", std::string(nm_gemm_kernel_name(nm_gemm_kernel_active()))},
+      {"nm_gemm_kernel", std::string(nm_gemm_kernel_name(nm_gemm_kernel_in_use()))},
       {"threads", threads},
 #ifdef __VERSION__
       {"compiler", std::string("g++ ") + __VERSION__},
@@ -355,7 +355,7 @@ int run_bench_kernels(const KernelBenchOptions& o) {
         "isa %s, nm_gemm kernel %s; medians of %d alternated runs; weight_grad includes MVUE "
         "pruning and compression of dY; layer_step adds packing W and Wᵀ from W and its masks\n\n",
         threads, threads == 1 ? "" : "s", std::string(isa_name(isa_active())).c_str(),
-        std::string(nm_gemm_kernel_name(nm_gemm_kernel_active())).c_str(), o.repeats);
+        std::string(nm_gemm_kernel_name(nm_gemm_kernel_in_use())).c_str(), o.repeats);
     table.print(stdout);
   }
   write_json_report(

@@ -53,7 +53,7 @@ nlohmann::json system_info() {
           {"threads", max_threads()},
           {"isa", std::string(isa_name(isa_active()))},
           {"isa_supported", std::string(isa_name(isa_supported()))},
-          {"nm_gemm_kernel", std::string(nm_gemm_kernel_name(nm_gemm_kernel_active()))},
+          {"nm_gemm_kernel", std::string(nm_gemm_kernel_name(nm_gemm_kernel_in_use()))},
 #ifdef __VERSION__
           {"compiler", __VERSION__},
 #endif

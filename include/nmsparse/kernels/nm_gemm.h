@@ -111,6 +111,9 @@ std::optional<NmGemmKernel> nm_gemm_kernel_from_name(std::string_view name);
 // set_nm_gemm_kernel()'s value if set, else NMSPARSE_NM_GEMM if set (throws nms::Error naming
 // any other value), else permute on AMD CPUs and broadcast on others.
 NmGemmKernel nm_gemm_kernel_active();
+// The kernel operands packed now run on: nm_gemm_kernel_active() at the AVX-512 level, the
+// broadcast scheme below it (the permute kernel is AVX-512 only).
+NmGemmKernel nm_gemm_kernel_in_use();
 // Overrides the kernel for the whole process (tests, benchmarks); nullopt returns to the default.
 void set_nm_gemm_kernel(std::optional<NmGemmKernel> kernel);
 // Sets the kernel for a scope and restores the previous override on exit.
