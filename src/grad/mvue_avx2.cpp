@@ -155,7 +155,155 @@ inline void select24(const __m256 out[4], __m256& v0, __m256& v1, __m256i& code)
 
 constexpr int kTileRows = 8;  // group rows per tile: 64 bytes of values per column
 
+inline bool any(__m256 mask) {
+  return _mm256_movemask_ps(mask) != 0;
+}
+
+// MVUE n:m of 8 column groups: x[i] lane l = element i of group l (i < m), uw the groups' random
+// words; out[i] as x. mvue_generic16 (mvue_avx512.cpp) with vector masks: mirrors mvue_group
+// (group.cpp) operation for operation.
+inline void mvue_generic8(const __m256* x, int n, int m, __m256i uw, __m256* out, __m256i& bad) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256 sign_mask = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(0x80000000u)));
+  const __m256i exp_mask = _mm256_set1_epi32(0x7f800000);
+  const __m256 zero = _mm256_setzero_ps();
+  const __m256 all = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+  const __m256 one = _mm256_set1_ps(1.0f);
+  __m256 a[64];
+  __m256i neg_nnz = _mm256_setzero_si256();
+  for (int i = 0; i < m; ++i) {
+    a[i] = _mm256_and_ps(x[i], abs_mask);
+    const __m256i e = _mm256_and_si256(_mm256_castps_si256(x[i]), exp_mask);
+    bad = _mm256_or_si256(bad, _mm256_cmpeq_epi32(e, exp_mask));
+    neg_nnz = _mm256_add_epi32(neg_nnz, _mm256_castps_si256(_mm256_cmp_ps(a[i], zero, _CMP_GT_OQ)));
+  }
+  // nnz <= n, i.e. -nnz > -(n + 1).
+  const __m256 small =
+      _mm256_castsi256_ps(_mm256_cmpgt_epi32(neg_nnz, _mm256_set1_epi32(-(n + 1))));
+  // Water-filling: lanes stay active while they cap; each pass recomputes R over the uncapped.
+  __m256 cap[64];
+  for (int i = 0; i < m; ++i) cap[i] = zero;
+  __m256 np = _mm256_set1_ps(static_cast<float>(n));
+  __m256 r_final = zero;
+  __m256 active = _mm256_xor_ps(small, all);
+  bool first_pass = true;
+  while (any(active)) {
+    __m256 r = zero;
+    __m256 amax = _mm256_set1_ps(-1.0f);
+    __m256 best = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+    for (int i = 0; i < m; ++i) {
+      const __m256 unc = _mm256_xor_ps(cap[i], all);
+      r = _mm256_blendv_ps(r, _mm256_add_ps(r, a[i]), unc);
+      const __m256 gt = _mm256_and_ps(unc, _mm256_cmp_ps(a[i], amax, _CMP_GT_OQ));
+      amax = _mm256_blendv_ps(amax, a[i], gt);
+      best = _mm256_blendv_ps(best, _mm256_castsi256_ps(_mm256_set1_epi32(i)), gt);
+    }
+    r_final = _mm256_blendv_ps(r_final, r, active);
+    if (first_pass) {  // R only shrinks later: overflow shows on the first pass
+      const __m256 inf = _mm256_cmp_ps(r, _mm256_set1_ps(__builtin_inff()), _CMP_EQ_OQ);
+      bad = _mm256_or_si256(bad, _mm256_castps_si256(_mm256_and_ps(inf, active)));
+      first_pass = false;
+    }
+    const __m256 can = _mm256_and_ps(active, _mm256_cmp_ps(np, _mm256_set1_ps(2.0f), _CMP_GE_OQ));
+    const __m256 caps = _mm256_and_ps(can, _mm256_cmp_ps(_mm256_mul_ps(amax, np), r, _CMP_GE_OQ));
+    for (int i = 0; i < m; ++i) {
+      const __m256 is_best =
+          _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_castps_si256(best), _mm256_set1_epi32(i)));
+      cap[i] = _mm256_or_ps(cap[i], _mm256_and_ps(caps, is_best));
+    }
+    np = _mm256_blendv_ps(np, _mm256_sub_ps(np, one), caps);
+    active = caps;
+  }
+  const __m256 step = _mm256_div_ps(r_final, np);
+  const __m256 u = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(uw, 8)),
+                                 _mm256_set1_ps(1.0f / 16777216.0f));
+  __m256 t = _mm256_mul_ps(u, step);
+  __m256 taken = zero;  // points consumed, as floats (exact small integers)
+  __m256 prefix = zero;
+  for (int i = 0; i < m; ++i) {
+    const __m256 unc = _mm256_andnot_ps(_mm256_or_ps(cap[i], small), all);
+    const __m256 next = _mm256_add_ps(prefix, a[i]);
+    __m256 kept = zero;
+    for (;;) {  // while (j < n' && t < next): consume a point
+      const __m256 more = _mm256_and_ps(_mm256_and_ps(unc, _mm256_cmp_ps(taken, np, _CMP_LT_OQ)),
+                                        _mm256_cmp_ps(t, next, _CMP_LT_OQ));
+      if (!any(more)) break;
+      kept = _mm256_or_ps(kept, more);
+      t = _mm256_blendv_ps(t, _mm256_add_ps(t, step), more);
+      taken = _mm256_blendv_ps(taken, _mm256_add_ps(taken, one), more);
+    }
+    prefix = _mm256_blendv_ps(prefix, next, unc);
+    const __m256 signed_step = _mm256_or_ps(_mm256_and_ps(x[i], sign_mask), step);
+    __m256 o = _mm256_and_ps(kept, signed_step);
+    o = _mm256_blendv_ps(o, x[i], _mm256_andnot_ps(small, cap[i]));
+    const __m256 nonzero = _mm256_cmp_ps(x[i], zero, _CMP_NEQ_UQ);
+    o = _mm256_blendv_ps(o, _mm256_and_ps(nonzero, x[i]), small);  // +0.0 for zeros
+    out[i] = o;
+  }
+}
+
+// Compressed emission of one group per lane: out[i] lane l; lane l's value row at v + l * value_ld
+// (slots from `slot0`), index row at idx + l * index_ld (bit (slot0 + k) * bits).
+inline void emit_generic(const __m256* out, int n, int m, int bits, float* v, int64_t value_ld,
+                         uint8_t* idx, int64_t index_ld, int64_t slot0) {
+  alignas(32) float tmp[64][8];
+  for (int i = 0; i < m; ++i) _mm256_store_ps(tmp[i], out[i]);
+  for (int l = 0; l < 8; ++l) {
+    uint64_t kept = 0;
+    int count = 0;
+    for (int i = 0; i < m; ++i) {
+      const uint64_t k = tmp[i][l] != 0.0f;
+      kept |= k << i;
+      count += static_cast<int>(k);
+    }
+    for (int c = count; c < n; ++c) kept |= ~kept & (kept + 1);  // lowest free positions
+    float* vals = v + l * value_ld + slot0;
+    uint8_t* row = idx + l * index_ld;
+    for (int k = 0; k < n; ++k) {
+      const int i = __builtin_ctzll(kept);
+      kept &= kept - 1;
+      vals[k] = tmp[i][l];
+      if (bits == 0) continue;                 // m == 1: no index bits
+      const int64_t bit = (slot0 + k) * bits;  // <= 6 bits: at most two bytes
+      const unsigned shifted = static_cast<unsigned>(i) << (bit & 7);
+      row[bit >> 3] = static_cast<uint8_t>(row[bit >> 3] | shifted);
+      if ((bit & 7) + bits > 8)
+        row[(bit >> 3) + 1] = static_cast<uint8_t>(row[(bit >> 3) + 1] | (shifted >> 8));
+    }
+  }
+}
+
 }  // namespace
+
+bool mvue_cols_avx2(const float* src, int64_t ld, int n, int m, int64_t group_rows, int64_t units,
+                    int64_t cols, int64_t col0, const Mvue24Key& key, float* dense,
+                    int64_t dense_ld, float* values, int64_t value_ld, uint8_t* indices,
+                    int64_t index_ld, int bits) {
+  __m256i bad = _mm256_setzero_si256();
+  __m256 x[64];
+  __m256 out[64];
+  for (int64_t kk = 0; kk < group_rows; ++kk) {
+    // One group row: its m input rows read left to right across the units (m streams).
+    for (int64_t unit = 0; unit < units; ++unit) {
+      __m256i uw[4];
+      philox8(static_cast<uint64_t>(kk * cols + col0 + 32 * unit) >> 2, key, uw);
+      for (int q = 0; q < 4; ++q) {
+        const int64_t c = 32 * unit + 8 * q;
+        const float* p = src + kk * m * ld + c;
+        for (int i = 0; i < m; ++i) x[i] = _mm256_loadu_ps(p + i * ld);
+        mvue_generic8(x, n, m, uw[q], out, bad);
+        if (dense != nullptr) {
+          float* d = dense + kk * m * dense_ld + c;
+          for (int i = 0; i < m; ++i) _mm256_storeu_ps(d + i * dense_ld, out[i]);
+        } else {
+          emit_generic(out, n, m, bits, values + c * value_ld, value_ld, indices + c * index_ld,
+                       index_ld, kk * n);
+        }
+      }
+    }
+  }
+  return _mm256_testz_si256(bad, bad) != 0;
+}
 
 bool mvue24_cols_avx2(const float* src, int64_t ld, int64_t group_rows, int64_t units, int64_t cols,
                       int64_t col0, const Mvue24Key& key, float* dense, int64_t dense_ld,

@@ -18,4 +18,14 @@ bool mvue24_cols_avx2(const float* src, int64_t ld, int64_t group_rows, int64_t 
                       int64_t col0, const Mvue24Key& key, float* dense, int64_t dense_ld,
                       float* values, int64_t value_ld, uint8_t* indices, int64_t index_ld);
 
+// Any n:m MVUE (m <= 64) along columns, mvue_cols_avx512's contract (mvue_avx512.h) in units of
+// 32 columns: the operations of mvue_group (group.cpp), water-filling caps and systematic
+// sampling with per-lane masks, 8 columns per vector, bitwise its results. Compressed output
+// writes n values and n `bits`-wide in-group indices per group (canonical fill; index rows zeroed
+// beforehand).
+bool mvue_cols_avx2(const float* src, int64_t ld, int n, int m, int64_t group_rows, int64_t units,
+                    int64_t cols, int64_t col0, const Mvue24Key& key, float* dense,
+                    int64_t dense_ld, float* values, int64_t value_ld, uint8_t* indices,
+                    int64_t index_ld, int bits);
+
 }  // namespace nms::detail

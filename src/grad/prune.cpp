@@ -167,6 +167,7 @@ struct Job {
   bool fast24 = false;          // 2:4 MVUE through a vector kernel (SSE2, or AVX-512 when avx512)
   bool avx512 = false;          // isa_active() == avx512 and the kernels are built
   bool avx2 = false;            // 2:4 MVUE, kCols, at the AVX2 level: mvue24_cols_avx2
+  bool avx2_generic = false;    // another MVUE pattern, kCols, at AVX2: mvue_cols_avx2
   bool avx512_generic = false;  // MVUE of another pattern, kCols, through mvue_cols_avx512
   detail::Mvue24Key key{};
 };
@@ -350,17 +351,21 @@ bool run_strip(const Job& j, int64_t c0, int64_t c1) {
     }
     return true;
   }
-  if (j.avx2 && cols % 4 == 0) {  // units of 32 columns (c0 % 512 == 0), then the rest
+  if ((j.avx2 || j.avx2_generic) && cols % 4 == 0) {  // units of 32 columns, then the rest
     const int64_t units = (c1 - c0) / 32;
     const int64_t c_end = c0 + 32 * units;
-    const bool ok = j.sink.dense
-                        ? detail::mvue24_cols_avx2(j.g.data() + c0, j.g.ld(), groups, units, cols,
-                                                   c0, j.key, j.sink.out.data() + c0,
-                                                   j.sink.out.ld(), nullptr, 0, nullptr, 0)
-                        : detail::mvue24_cols_avx2(
-                              j.g.data() + c0, j.g.ld(), groups, units, cols, c0, j.key, nullptr, 0,
-                              j.sink.values + c0 * j.sink.value_cols, j.sink.value_cols,
-                              j.sink.indices + c0 * j.sink.index_row_bytes, j.sink.index_row_bytes);
+    float* const dense = j.sink.dense ? j.sink.out.data() + c0 : nullptr;
+    const int64_t dense_ld = j.sink.dense ? j.sink.out.ld() : 0;
+    float* const values = j.sink.dense ? nullptr : j.sink.values + c0 * j.sink.value_cols;
+    uint8_t* const indices = j.sink.dense ? nullptr : j.sink.indices + c0 * j.sink.index_row_bytes;
+    const float* const src = j.g.data() + c0;
+    const bool ok = j.avx2_generic
+                        ? detail::mvue_cols_avx2(src, j.g.ld(), j.n, j.m, groups, units, cols, c0,
+                                                 j.key, dense, dense_ld, values, j.sink.value_cols,
+                                                 indices, j.sink.index_row_bytes, j.sink.bits)
+                        : detail::mvue24_cols_avx2(src, j.g.ld(), groups, units, cols, c0, j.key,
+                                                   dense, dense_ld, values, j.sink.value_cols,
+                                                   indices, j.sink.index_row_bytes);
     if (!ok) return false;
     for (int64_t kk = 0; kk < groups; ++kk) {
       for (int64_t c = c_end; c < c1; ++c) {
@@ -441,6 +446,8 @@ Job make_job(ConstMatrixViewF g, const GradPruneOptions& o) {
 #if defined(NMS_HAVE_AVX512_KERNELS)
   j.avx512 = j.fast24 && isa == Isa::kAvx512;
   j.avx2 = j.fast24 && isa == Isa::kAvx2 && o.axis == NmAxis::kCols;
+  j.avx2_generic =
+      o.method == GradMethod::kMvue && !j.fast24 && isa == Isa::kAvx2 && o.axis == NmAxis::kCols;
   j.avx512_generic =
       o.method == GradMethod::kMvue && !j.fast24 && isa == Isa::kAvx512 && o.axis == NmAxis::kCols;
 #endif
@@ -485,7 +492,7 @@ void run(const Job& j) {
     });
   } else {
     const int64_t strip = j.avx512 || j.avx512_generic ? kStripAvx512
-                          : j.avx2                     ? kStripAvx2
+                          : j.avx2 || j.avx2_generic   ? kStripAvx2
                                                        : kStripSse2;
     const int64_t strips = (j.g.cols() + strip - 1) / strip;
     detail::parallel_for(strips, [&](int64_t s) {

@@ -108,13 +108,11 @@ TEST(GradPrune, MatchesReferenceOnEdgeSizes) {
   const int64_t lens[] = {1, 3, 4, 8, 9, 15, 16, 17, 33, 68, 83};
   const int64_t acrosses[] = {1, 5, 16, 70, 84};
   for (const Config& cfg : kConfigs) {
-    // 2:4 MVUE has scalar, SSE2 (avx2) and AVX-512 paths; other MVUE patterns scalar and AVX-512
-    // (groups along columns); the other methods one path.
+    // MVUE has a path per level (2:4: scalar, SSE2 and AVX2 at the avx2 level, AVX-512; other
+    // patterns: scalar, and AVX2 and AVX-512 for groups along columns); the other methods one.
     const bool is24 = cfg.method == GradMethod::kMvue && (cfg.pattern == NmPattern{2, 4});
     const bool dispatched = cfg.method == GradMethod::kMvue;
-    std::vector<Isa> levels = is24 ? isa_levels() : std::vector<Isa>{isa_active()};
-    if (dispatched && !is24 && isa_supported() == Isa::kAvx512)
-      levels = {Isa::kScalar, Isa::kAvx512};
+    const std::vector<Isa> levels = dispatched ? isa_levels() : std::vector<Isa>{isa_active()};
     for (Isa isa : levels) {
       ScopedIsa level(isa);
       for (NmAxis axis : {NmAxis::kRows, NmAxis::kCols}) {
@@ -148,13 +146,16 @@ TEST(GradPrune, MatchesReferenceOnEdgeSizes) {
 }
 
 TEST(GradPrune, ColumnKernelsAcrossStrips) {
-  // 2:4 along columns over several column strips of the vector kernels (512 columns at AVX2 and
-  // AVX-512) with a scalar tail of 12 columns and 9 tiles of 8 group rows (the last partial), for
-  // a small key and for one with every bit of seed and stream set.
-  const Matrix g = make_input(0, 4 * 67, 1100, 21);
+  // MVUE along columns over several column strips of the vector kernels (512 columns at AVX2 and
+  // AVX-512) with a scalar tail of 12 columns; at 2:4, 9 tiles of 8 group rows (the last partial),
+  // for a small key and for one with every bit of seed and stream set.
+  const Matrix g = make_input(0, 8 * 34, 1100, 21);
   for (const GradPruneOptions& o :
        {GradPruneOptions{GradMethod::kMvue, {2, 4}, NmAxis::kCols, 5, 3},
-        GradPruneOptions{GradMethod::kMvue, {2, 4}, NmAxis::kCols, ~uint64_t{0}, ~uint64_t{0}}}) {
+        GradPruneOptions{GradMethod::kMvue, {2, 4}, NmAxis::kCols, ~uint64_t{0}, ~uint64_t{0}},
+        GradPruneOptions{GradMethod::kMvue, {4, 8}, NmAxis::kCols, 5, 3},
+        GradPruneOptions{GradMethod::kMvue, {1, 4}, NmAxis::kCols, 6, 4}}) {
+    SCOPED_TRACE(o.pattern.to_string());
     const Matrix ref = detail::grad_prune_reference(g.view(), o);
     for (Isa isa : isa_levels()) {
       ScopedIsa level(isa);
