@@ -9,12 +9,14 @@
 #include <benchmark/benchmark.h>
 
 #include <cstring>
+#include <vector>
 
 #include "nmsparse/core/aligned_buffer.h"
 #include "nmsparse/core/rng.h"
 #include "nmsparse/core/threading.h"
 #include "nmsparse/format/compressed_nm.h"
 #include "nmsparse/kernels/nm_gemm.h"
+#include "nmsparse/kernels/transpose.h"
 #include "nmsparse/mask/standard.h"
 
 namespace nms {
@@ -116,6 +118,35 @@ void BM_NmGemmPackMasked(benchmark::State& state) {
   set_bytes(state, w);
 }
 
+// The backward-data operand (P W)ᵀ each step (arg 1: 0 transpose_into then pack, 1 packed from W
+// through the register-transposed stage; arg 2: 1 with a row permutation, as Bi-Mask), the
+// broadcast kernel's entries.
+void BM_NmGemmPackTransposed(benchmark::State& state) {
+  set_num_threads(1);
+  const NmPattern p{2, 4};
+  const int64_t k = state.range(0);
+  const Matrix w = random_matrix(k, k);
+  std::vector<int64_t> order;
+  if (state.range(2) == 1) {
+    for (int64_t i = 0; i < k; ++i) order.push_back((i * 769) % k);  // 769 prime: a permutation
+  }
+  Matrix t(k, k);
+  transpose_into(w.view(), t.view(), order);
+  const BitMask mask_t = mask_nm_magnitude(t.view(), p);
+  ScopedNmGemmKernel kernel(NmGemmKernel::kBroadcast);
+  NmGemmOperand op;
+  for (auto _ : state) {
+    if (state.range(1) == 0) {
+      transpose_into(w.view(), t.view(), order);
+      nm_gemm_pack_masked_into(t.view(), mask_t, p, op);
+    } else {
+      nm_gemm_pack_masked_transposed_into(w.view(), order, mask_t, p, op, t);
+    }
+    benchmark::DoNotOptimize(op.packed.data());
+  }
+  set_bytes(state, w);
+}
+
 void BM_Copy(benchmark::State& state) {
   const Matrix w = random_matrix(state.range(0), state.range(0));
   Matrix dst(w.rows(), w.cols());
@@ -138,6 +169,9 @@ BENCHMARK(BM_MaskPackReuse)->Apply(patterns)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_PackMaskedReuse)->Apply(patterns)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_PackReuse)->Apply(patterns)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_NmGemmPackMasked)->Args({4096, 0})->Args({4096, 1})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_NmGemmPackTransposed)
+    ->ArgsProduct({{4096}, {0, 1}, {0, 1}})
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace nms

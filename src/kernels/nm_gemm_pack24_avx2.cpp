@@ -62,7 +62,7 @@ bool nm_gemm_pack_run24_avx2(const float* const rows[kNmGemmTileRows],
       const __m256i kept = _mm256_and_si256(
           _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(byte)), perm), _mm256_set1_epi32(1));
       const __m256 values =
-          _mm256_and_ps(_mm256_permutevar8x32_ps(_mm256_loadu_ps(rows[l] + col), perm),
+          _mm256_and_ps(_mm256_permutevar8x32_ps(_mm256_loadu_ps(rows[l] + c), perm),
                         _mm256_castsi256_ps(_mm256_sub_epi32(_mm256_setzero_si256(), kept)));
       const __m256i offsets =
           _mm256_mullo_epi32(_mm256_add_epi32(perm, _mm256_set1_epi32(static_cast<int>(c))),
@@ -82,7 +82,7 @@ bool nm_gemm_pack_run24_avx2(const float* const rows[kNmGemmTileRows],
       if (pair == 0xFF) return false;
       for (int j = 0; j < 2; ++j) {
         const int i = static_cast<int>(j == 0 ? pair & 3 : pair >> 2);
-        e[j * kSlotStride] = ((nibble >> i) & 1) != 0 ? rows[l][col + i] : 0.0f;
+        e[j * kSlotStride] = ((nibble >> i) & 1) != 0 ? rows[l][c + i] : 0.0f;
         const auto offset = static_cast<int32_t>((c + i) * kNmGemmPanel);
         std::memcpy(e + j * kSlotStride + 1, &offset, sizeof(offset));
       }

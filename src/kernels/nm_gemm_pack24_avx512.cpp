@@ -65,7 +65,7 @@ bool nm_gemm_pack_run24_avx512(const float* const rows[kNmGemmTileRows],
       // Unkept columns load as 0: the padding slots' values.
       const auto pack = static_cast<__mmask16>(packs);
       const __m512 values = _mm512_maskz_compress_ps(
-          pack, _mm512_maskz_loadu_ps(static_cast<__mmask16>(bits), rows[l] + col));
+          pack, _mm512_maskz_loadu_ps(static_cast<__mmask16>(bits), rows[l] + c));
       const __m512i offs = _mm512_maskz_compress_epi32(pack, offsets);
       const __m512i pairs =
           _mm512_permutex2var_epi32(_mm512_castps_si512(values), interleave, offs);

@@ -10,10 +10,12 @@
 namespace nms::detail {
 
 // Writes the entries of one (depth block, tile) run of a 2:4 operand to `run` (the layout's
-// entry(tile, first slot of the block, 0) onwards): rows[l] is row l of the tile (nullptr for a
-// padding row), mask_rows[l] its mask words, columns [col0, col0 + width) the block (col0 a
-// multiple of 64, width a multiple of 4). Returns false, with `run` partly written, when some
-// group of the run keeps more than 2: the caller then packs the run with the scalar code.
+// entry(tile, first slot of the block, 0) onwards): rows[l] points at column col0 of row l of the
+// tile (nullptr for a padding row; a transposed stage's row in
+// nm_gemm_pack_masked_transposed_into), mask_rows[l] at its mask words, columns [col0, col0 +
+// width) the block (col0 a multiple of 64, width a multiple of 4). Returns false, with `run` partly
+// written, when some group of the run keeps more than 2: the caller then packs the run with the
+// scalar code.
 bool nm_gemm_pack_run24_avx512(const float* const rows[kNmGemmTileRows],
                                const uint64_t* const mask_rows[kNmGemmTileRows], int64_t col0,
                                int64_t width, float* run);

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <bit>
 #include <cstring>
+#include <span>
 #include <type_traits>
 
 #include "core/bits.h"
@@ -18,9 +19,12 @@
 #include "nmsparse/core/error.h"
 #include "nmsparse/core/isa.h"
 #include "nmsparse/kernels/nm_gemm.h"
+#include "nmsparse/kernels/transpose.h"
 #ifdef NMS_HAVE_AVX512_KERNELS
 #include "kernels/nm_gemm_pack24_avx2.h"
 #include "kernels/nm_gemm_pack24_avx512.h"
+#include "kernels/transpose_avx2.h"
+#include "kernels/transpose_avx512.h"
 #endif
 
 namespace nms {
@@ -128,97 +132,105 @@ constexpr int64_t kStreamFloats = int64_t{2} << 20;  // 8 MB
 // Floats of the largest (block, tile) run: slots_per_block <= kNmGemmMaxDepthBlock.
 constexpr int64_t kMaxRunFloats = kNmGemmMaxDepthBlock * kNmGemmTileRows * 2;
 
-// The packer for compile-time kN:kM (0: the runtime n, m). Entries go straight to their place:
-// slot j of row l of a group at e + (j * 6 + l) * 2 (through `run` when streaming; 2:4 runs by
-// the AVX-512 or AVX2 packer at those levels). An over-full group sets `failed` and ends the tile.
+// One (depth block, tile) run of entries for compile-time kN:kM (0: the runtime n, m): rows[l]
+// points at the block's first column of tile row l (nullptr: a padding row), mask_rows[l] at its
+// mask words (bit col0 + c for column c of the block), width the block's columns (a multiple of m).
+// Slot j of row l of group gi goes to e + ((gi · n + j) · 6 + l) · 2 (2:4 runs by the AVX-512 or
+// AVX2 packer at those levels). Returns false at an over-full group, e partly written.
 template <int kN, int kM>
-void pack_tiles(ConstMatrixViewF a, const BitMask& mask, int n, int m,
-                const detail::NmGemmLayout& lay, float* packed, bool stream, Isa isa,
-                std::atomic<bool>& failed, int64_t tile) {
+bool pack_run(const float* const rows[kNmGemmTileRows],
+              const uint64_t* const mask_rows[kNmGemmTileRows], int n, int m, int64_t col0,
+              int64_t width, Isa isa, float* e) {
   const int nn = kN > 0 ? kN : n;
   const int mm = kM > 0 ? kM : m;
   const uint64_t group_mask = mm == 64 ? ~uint64_t{0} : (uint64_t{1} << mm) - 1;
-  alignas(64) float run[kMaxRunFloats];
+  const int64_t groups = width / mm;
 #ifdef NMS_HAVE_AVX512_KERNELS
-  const float* rows[kNmGemmTileRows];
-  const uint64_t* mask_rows[kNmGemmTileRows];
-  if (kN == 2 && kM == 4 && isa >= Isa::kAvx2) {
-    for (int64_t l = 0; l < kNmGemmTileRows; ++l) {
-      const int64_t r = tile * kNmGemmTileRows + l;
-      rows[l] = r < a.rows() ? a.row(r) : nullptr;
-      mask_rows[l] = r < a.rows() ? mask.row_words(r) : nullptr;
-    }
+  // A SIMD packer that finds an over-full group leaves the run to the scalar code, which names it.
+  if (kN == 2 && kM == 4 && isa >= Isa::kAvx2 &&
+      (isa == Isa::kAvx512 ? detail::nm_gemm_pack_run24_avx512(rows, mask_rows, col0, width, e)
+                           : detail::nm_gemm_pack_run24_avx2(rows, mask_rows, col0, width, e))) {
+    return true;
   }
 #else
   (void)isa;
 #endif
+  if constexpr (kN == 2 && kM == 4) {
+    // Row by row, each row's block one contiguous read. 4096 x 4096 without SIMD, one thread,
+    // Zen 2 (`bench_mask_pack --benchmark_filter=NmGemmPackMasked`): 22.9 ms with
+    // pack_group_row group by group down the 6 rows, 21.8 with this table, 20.2 row by row
+    // (a copy of the matrix: 8.8 ms; the AVX2 packer: 14.4 ms).
+    for (int64_t l = 0; l < kNmGemmTileRows; ++l) {
+      float* el = e + l * 2;
+      if (rows[l] == nullptr) {  // padding rows: value 0 at offset 0, as nm_gemm_pack
+        for (int64_t gi = 0; gi < 2 * groups; ++gi) {
+          std::memset(el + gi * kNmGemmTileRows * 2, 0, 2 * sizeof(float));
+        }
+        continue;
+      }
+      const uint64_t* words = mask_rows[l];
+      for (int64_t gi = 0; gi < groups; ++gi) {
+        const int64_t c = col0 + 4 * gi;
+        const auto nibble = static_cast<uint32_t>((words[c >> 6] >> (c & 63)) & 0xF);
+        if (!pack_group24_entries(rows[l] + 4 * gi, nibble, 4 * gi,
+                                  el + gi * 2 * kNmGemmTileRows * 2)) {
+          return false;
+        }
+      }
+    }
+    return true;
+  }
+  for (int64_t gi = 0; gi < groups; ++gi, e += nn * kNmGemmTileRows * 2) {
+    const int64_t c0 = col0 + gi * mm;
+    for (int64_t l = 0; l < kNmGemmTileRows; ++l) {
+      float* el = e + l * 2;
+      if (rows[l] == nullptr) {  // padding rows: value 0 at offset 0, as nm_gemm_pack
+        for (int j = 0; j < nn; ++j) {
+          el[j * kNmGemmTileRows * 2] = 0.0f;
+          std::memset(el + j * kNmGemmTileRows * 2 + 1, 0, sizeof(int32_t));
+        }
+        continue;
+      }
+      // Groups of an m dividing 64 never straddle a mask word.
+      const uint64_t real = (64 % mm == 0) ? (mask_rows[l][c0 >> 6] >> (c0 & 63)) & group_mask
+                                           : row_bits(mask_rows[l], c0, mm);
+      if (!pack_group_entries<kN, kM>(rows[l] + gi * mm, real, gi * mm, el, nn)) return false;
+    }
+  }
+  return true;
+}
+
+// Floats of a run of `width` columns.
+inline int64_t run_floats(int64_t width, int n, int m) {
+  return width / m * n * kNmGemmTileRows * 2;
+}
+
+// The runs of one tile, depth block by depth block, written in place (or through a buffer and
+// streamed out when `stream`). An over-full group sets `failed` and ends the tile.
+template <int kN, int kM>
+void pack_tiles(ConstMatrixViewF a, const BitMask& mask, int n, int m,
+                const detail::NmGemmLayout& lay, float* packed, bool stream, Isa isa,
+                std::atomic<bool>& failed, int64_t tile) {
+  alignas(64) float run[kMaxRunFloats];
+  const uint64_t* mask_rows[kNmGemmTileRows];
+  for (int64_t l = 0; l < kNmGemmTileRows; ++l) {
+    const int64_t r = tile * kNmGemmTileRows + l;
+    mask_rows[l] = r < a.rows() ? mask.row_words(r) : nullptr;
+  }
   for (int64_t b = 0; b < lay.depth_blocks; ++b) {
-    float* const dst = packed + lay.entry(tile, lay.block_first_slot(b), 0);
-    float* e = stream ? run : dst;
     const int64_t col0 = b * lay.depth_block;
-    const int64_t groups = lay.block_width(b) / mm;
-#ifdef NMS_HAVE_AVX512_KERNELS
-    if (kN == 2 && kM == 4 && isa >= Isa::kAvx2 &&
-        (isa == Isa::kAvx512
-             ? detail::nm_gemm_pack_run24_avx512(rows, mask_rows, col0, lay.block_width(b), e)
-             : detail::nm_gemm_pack_run24_avx2(rows, mask_rows, col0, lay.block_width(b), e))) {
-      if (stream) stream_copy(dst, run, groups * nn * kNmGemmTileRows * 2);
-      continue;
+    const float* rows[kNmGemmTileRows];
+    for (int64_t l = 0; l < kNmGemmTileRows; ++l) {
+      const int64_t r = tile * kNmGemmTileRows + l;
+      rows[l] = r < a.rows() ? a.row(r) + col0 : nullptr;
     }
-#endif
-    if constexpr (kN == 2 && kM == 4) {
-      // Row by row, each row's block one contiguous read. 4096 x 4096 without SIMD, one thread,
-      // Zen 2 (`bench_mask_pack --benchmark_filter=NmGemmPackMasked`): 22.9 ms with
-      // pack_group_row group by group down the 6 rows, 21.8 with this table, 20.2 row by row
-      // (a copy of the matrix: 8.8 ms; the AVX2 packer: 14.4 ms).
-      for (int64_t l = 0; l < kNmGemmTileRows; ++l) {
-        const int64_t r = tile * kNmGemmTileRows + l;
-        float* el = e + l * 2;
-        if (r >= a.rows()) {  // padding rows: value 0 at offset 0, as nm_gemm_pack
-          for (int64_t gi = 0; gi < 2 * groups; ++gi) {
-            std::memset(el + gi * kNmGemmTileRows * 2, 0, 2 * sizeof(float));
-          }
-          continue;
-        }
-        const uint64_t* words = mask.row_words(r);
-        const float* src = a.row(r) + col0;
-        for (int64_t gi = 0; gi < groups; ++gi) {
-          const int64_t c = col0 + 4 * gi;
-          const auto nibble = static_cast<uint32_t>((words[c >> 6] >> (c & 63)) & 0xF);
-          if (!pack_group24_entries(src + 4 * gi, nibble, 4 * gi,
-                                    el + gi * 2 * kNmGemmTileRows * 2)) {
-            failed.store(true, std::memory_order_relaxed);
-            return;
-          }
-        }
-      }
-      e += groups * 2 * kNmGemmTileRows * 2;
-      if (stream) stream_copy(dst, run, e - run);
-      continue;
+    float* const dst = packed + lay.entry(tile, lay.block_first_slot(b), 0);
+    if (!pack_run<kN, kM>(rows, mask_rows, n, m, col0, lay.block_width(b), isa,
+                          stream ? run : dst)) {
+      failed.store(true, std::memory_order_relaxed);
+      return;
     }
-    for (int64_t gi = 0; gi < groups; ++gi, e += nn * kNmGemmTileRows * 2) {
-      const int64_t c0 = col0 + gi * mm;
-      for (int64_t l = 0; l < kNmGemmTileRows; ++l) {
-        const int64_t r = tile * kNmGemmTileRows + l;
-        float* el = e + l * 2;
-        if (r >= a.rows()) {  // padding rows: value 0 at offset 0, as nm_gemm_pack
-          for (int j = 0; j < nn; ++j) {
-            el[j * kNmGemmTileRows * 2] = 0.0f;
-            std::memset(el + j * kNmGemmTileRows * 2 + 1, 0, sizeof(int32_t));
-          }
-          continue;
-        }
-        // Groups of an m dividing 64 never straddle a mask word.
-        const uint64_t real = (64 % mm == 0)
-                                  ? (mask.row_words(r)[c0 >> 6] >> (c0 & 63)) & group_mask
-                                  : row_bits(mask.row_words(r), c0, mm);
-        if (!pack_group_entries<kN, kM>(a.row(r) + c0, real, gi * mm, el, nn)) {
-          failed.store(true, std::memory_order_relaxed);
-          return;
-        }
-      }
-    }
-    if (stream) stream_copy(dst, run, e - run);
+    if (stream) stream_copy(dst, run, run_floats(lay.block_width(b), n, m));
   }
   if (stream) _mm_sfence();
 }
@@ -361,60 +373,189 @@ void throw_first_overfull_group(const BitMask& mask, int n, int m) {
   }
 }
 
-}  // namespace
+// Rows of A (columns of W) staged per work item of nm_gemm_pack_masked_transposed_into: 8 tiles,
+// three 16-column transposes; the stage is [48][kc] floats (24 KB, in L1).
+constexpr int64_t kTransposedUnitTiles = 8;
+constexpr int64_t kTransposedUnitRows = kTransposedUnitTiles * kNmGemmTileRows;
 
-void nm_gemm_pack_masked_into(ConstMatrixViewF a, const BitMask& mask, NmPattern pattern,
-                              NmGemmOperand& dst) {
+// stage[(j - j0) · kNmGemmMaxDepthBlock + c] = w[order(col0 + c)][j] for j in [j0, j1), c in
+// [0, width): 16 x 16 blocks through registers at AVX2 and above, the edges element by element.
+void stage_transposed(ConstMatrixViewF w, std::span<const int64_t> order, int64_t j0, int64_t j1,
+                      int64_t col0, int64_t width, Isa isa, float* stage) {
+  constexpr int64_t kLd = kNmGemmMaxDepthBlock;
+  const auto src_row = [&](int64_t c) {
+    const int64_t k = col0 + c;
+    return w.row(order.empty() ? k : order[k]);
+  };
+  int64_t c = 0;
+#ifdef NMS_HAVE_AVX512_KERNELS
+  if (isa >= Isa::kAvx2) {
+    for (; c + 16 <= width; c += 16) {
+      const float* base[16];
+      for (int i = 0; i < 16; ++i) base[i] = src_row(c + i);
+      int64_t j = j0;
+      for (; j + 16 <= j1; j += 16) {
+        const float* rows[16];
+        for (int i = 0; i < 16; ++i) rows[i] = base[i] + j;
+        float* out = stage + (j - j0) * kLd + c;
+        isa == Isa::kAvx512 ? detail::transpose16_avx512(rows, out, kLd, false)
+                            : detail::transpose16_avx2(rows, out, kLd, false);
+      }
+      for (; j < j1; ++j) {
+        for (int i = 0; i < 16; ++i) stage[(j - j0) * kLd + c + i] = base[i][j];
+      }
+    }
+  }
+#else
+  (void)isa;
+#endif
+  for (; c < width; ++c) {
+    const float* row = src_row(c);
+    for (int64_t j = j0; j < j1; ++j) stage[(j - j0) * kLd + c] = row[j];
+  }
+}
+
+// The runs of tiles [unit · 8, unit · 8 + 8) in depth block b of A = (P W)ᵀ, from a stage of the
+// block's rows of W transposed (the same entries as pack_tiles on the transposed matrix).
+template <int kN, int kM>
+void pack_transposed_unit(ConstMatrixViewF w, std::span<const int64_t> order, const BitMask& mask_t,
+                          int n, int m, const detail::NmGemmLayout& lay, float* packed, bool stream,
+                          Isa isa, std::atomic<bool>& failed, int64_t b, int64_t unit) {
+  alignas(64) float stage[kTransposedUnitRows * kNmGemmMaxDepthBlock];
+  alignas(64) float run[kMaxRunFloats];
+  const int64_t t0 = unit * kTransposedUnitTiles;
+  const int64_t t1 = std::min(lay.tiles, t0 + kTransposedUnitTiles);
+  const int64_t j0 = t0 * kNmGemmTileRows;
+  const int64_t j1 = std::min(lay.rows, t1 * kNmGemmTileRows);
+  const int64_t col0 = b * lay.depth_block;
+  const int64_t width = lay.block_width(b);
+  stage_transposed(w, order, j0, j1, col0, width, isa, stage);
+  for (int64_t tile = t0; tile < t1; ++tile) {
+    const float* rows[kNmGemmTileRows];
+    const uint64_t* mask_rows[kNmGemmTileRows];
+    for (int64_t l = 0; l < kNmGemmTileRows; ++l) {
+      const int64_t r = tile * kNmGemmTileRows + l;
+      rows[l] = r < lay.rows ? stage + (r - j0) * kNmGemmMaxDepthBlock : nullptr;
+      mask_rows[l] = r < lay.rows ? mask_t.row_words(r) : nullptr;
+    }
+    float* const dst = packed + lay.entry(tile, lay.block_first_slot(b), 0);
+    if (!pack_run<kN, kM>(rows, mask_rows, n, m, col0, width, isa, stream ? run : dst)) {
+      failed.store(true, std::memory_order_relaxed);
+      return;
+    }
+    if (stream) stream_copy(dst, run, run_floats(width, n, m));
+  }
+  if (stream) _mm_sfence();
+}
+
+void check_packable(int64_t rows, int64_t cols, const BitMask& mask, NmPattern pattern,
+                    const char* what) {
   pattern.validate();
-  const int64_t r_count = a.rows();
-  const int64_t k = a.cols();
-  NMS_CHECK(mask.rows() == r_count && mask.cols() == k, "mask shape (", mask.rows(), " x ",
-            mask.cols(), ") differs from the matrix (", r_count, " x ", k, ")");
-  NMS_CHECK(k % pattern.m == 0, "m (", pattern.m, ") does not divide the grouped axis (", k, ")");
+  NMS_CHECK(mask.rows() == rows && mask.cols() == cols, "mask shape (", mask.rows(), " x ",
+            mask.cols(), ") differs from the ", what, " (", rows, " x ", cols, ")");
+  NMS_CHECK(cols % pattern.m == 0, "m (", pattern.m, ") does not divide the grouped axis (", cols,
+            ")");
+}
+
+void set_shape(NmGemmOperand& dst, int64_t rows, int64_t depth, NmPattern pattern) {
+  dst.rows = rows;
+  dst.depth = depth;
+  dst.pattern = pattern;
+}
+
+// The permute kernel's form only, straight from A and the mask (its 2:4 rows by the AVX-512
+// packer): 21 ms at 4096 x 4096, 2:4, one thread, against 13 ms for the entries form (27 ms with
+// the scalar group loop; bench_mask_pack --benchmark_filter=NmGemmPackMasked). Before, the lanes
+// came from the entries in a second pass that read them back from memory (37 ms more per training
+// step of the 4096 MLP, and 64 MB more per operand).
+void pack_lanes(ConstMatrixViewF a, const BitMask& mask, NmPattern pattern, NmGemmOperand& dst) {
   const int n = pattern.n;
   const int m = pattern.m;
-  dst.rows = r_count;
-  dst.depth = k;
-  dst.pattern = pattern;
-  const detail::NmGemmLayout lay(r_count, k, n, m);
-  std::atomic<bool> failed{false};
-  if (detail::nm_gemm_lanes_for(pattern) && !tiles_share_columns(mask, lay)) {
-    // The permute kernel's form only, straight from A and the mask (its 2:4 rows by the AVX-512
-    // packer): 21 ms at 4096 x 4096, 2:4, one thread, against 13 ms for the entries form (27 ms
-    // with the scalar group loop; bench_mask_pack --benchmark_filter=NmGemmPackMasked). Before,
-    // the lanes came from the entries in a second pass that read them back from memory (37 ms
-    // more per training step of the 4096 MLP, and 64 MB more per operand).
-    const detail::NmGemmLaneLayout lanes(r_count, k, n, m);
-    const bool stream = lanes.total() >= kStreamFloats;  // as the entries form, below
-    if (dst.lane_values.size() != lanes.total()) {
-      dst.lane_values.resize_for_overwrite(lanes.total());
-      dst.lane_index.resize_for_overwrite(lanes.total());
-    }
-    with_pattern(pattern, [&](auto kn, auto km) {
-      detail::parallel_for(lanes.blocks, [&](int64_t b) {
-        pack_lane_block<kn(), km()>(a, mask, n, m, lanes, dst.lane_values.data(),
-                                    dst.lane_index.data(), stream, failed, b);
-      });
-    });
-    if (failed.load()) throw_first_overfull_group(mask, n, m);
-    dst.packed = AlignedBuffer<float>();
-    dst.shared = AlignedBuffer<uint8_t>();
-    return;
+  set_shape(dst, a.rows(), a.cols(), pattern);
+  const detail::NmGemmLaneLayout lanes(a.rows(), a.cols(), n, m);
+  const bool stream = lanes.total() >= kStreamFloats;  // as the entries form
+  if (dst.lane_values.size() != lanes.total()) {
+    dst.lane_values.resize_for_overwrite(lanes.total());
+    dst.lane_index.resize_for_overwrite(lanes.total());
   }
+  std::atomic<bool> failed{false};
+  with_pattern(pattern, [&](auto kn, auto km) {
+    detail::parallel_for(lanes.blocks, [&](int64_t b) {
+      pack_lane_block<kn(), km()>(a, mask, n, m, lanes, dst.lane_values.data(),
+                                  dst.lane_index.data(), stream, failed, b);
+    });
+  });
+  if (failed.load()) throw_first_overfull_group(mask, n, m);
+  dst.packed = AlignedBuffer<float>();
+  dst.shared = AlignedBuffer<uint8_t>();
+}
+
+// The entries form: `pack_items` items, pack_item(kn, km, item, packed, stream, isa, failed).
+template <class PackItem>
+void pack_entries(const BitMask& mask, NmPattern pattern, const detail::NmGemmLayout& lay,
+                  int64_t pack_items, NmGemmOperand& dst, PackItem&& pack_item) {
+  set_shape(dst, lay.rows, lay.depth, pattern);
   if (dst.packed.size() != lay.total_floats()) dst.packed.resize_for_overwrite(lay.total_floats());
   // Runs are 16-byte aligned (each is a whole number of 48-byte (slot, tile) pairs from the
   // 64-byte aligned buffer), as _mm_stream_ps needs.
   const bool stream = lay.total_floats() >= kStreamFloats;
   const Isa isa = isa_active();  // 2:4 runs: nm_gemm_pack24_avx512.cpp, nm_gemm_pack24_avx2.cpp
+  std::atomic<bool> failed{false};
   with_pattern(pattern, [&](auto kn, auto km) {
-    detail::parallel_for(lay.tiles, [&](int64_t tile) {
-      pack_tiles<kn(), km()>(a, mask, n, m, lay, dst.packed.data(), stream, isa, failed, tile);
+    detail::parallel_for(pack_items, [&](int64_t item) {
+      pack_item(kn, km, item, dst.packed.data(), stream, isa, failed);
     });
   });
-  if (failed.load()) throw_first_overfull_group(mask, n, m);
+  if (failed.load()) throw_first_overfull_group(mask, pattern.n, pattern.m);
   detail::mark_shared_tiles(dst);
   dst.lane_values = AlignedBuffer<float>();
   dst.lane_index = AlignedBuffer<int32_t>();
+}
+
+}  // namespace
+
+void nm_gemm_pack_masked_into(ConstMatrixViewF a, const BitMask& mask, NmPattern pattern,
+                              NmGemmOperand& dst) {
+  check_packable(a.rows(), a.cols(), mask, pattern, "matrix");
+  const detail::NmGemmLayout lay(a.rows(), a.cols(), pattern.n, pattern.m);
+  if (detail::nm_gemm_lanes_for(pattern) && !tiles_share_columns(mask, lay)) {
+    pack_lanes(a, mask, pattern, dst);
+    return;
+  }
+  pack_entries(mask, pattern, lay, lay.tiles, dst,
+               [&](auto kn, auto km, int64_t tile, float* packed, bool stream, Isa isa,
+                   std::atomic<bool>& failed) {
+                 pack_tiles<kn(), km()>(a, mask, pattern.n, pattern.m, lay, packed, stream, isa,
+                                        failed, tile);
+               });
+}
+
+void nm_gemm_pack_masked_transposed_into(ConstMatrixViewF w, std::span<const int64_t> order,
+                                         const BitMask& mask_t, NmPattern pattern,
+                                         NmGemmOperand& dst, Matrix& scratch) {
+  for (size_t i = 0; i < order.size(); ++i) {
+    NMS_CHECK(order[i] >= 0 && order[i] < w.rows(), "order[", i, "] = ", order[i],
+              " is outside [0, ", w.rows(), ")");
+  }
+  const int64_t depth = order.empty() ? w.rows() : static_cast<int64_t>(order.size());
+  check_packable(w.cols(), depth, mask_t, pattern, "transposed matrix");
+  const detail::NmGemmLayout lay(w.cols(), depth, pattern.n, pattern.m);
+  if (detail::nm_gemm_lanes_for(pattern) && !tiles_share_columns(mask_t, lay)) {
+    if (scratch.rows() != w.cols() || scratch.cols() != depth) scratch = Matrix(w.cols(), depth);
+    transpose_into(w, scratch.view(), order);
+    pack_lanes(scratch.view(), mask_t, pattern, dst);
+    return;
+  }
+  // Items depth block by depth block, 8 tiles each: the packed operand is written in order, and
+  // an item reads 128 rows of W (a few pages each) 192 bytes at a time.
+  const int64_t units = (lay.tiles + kTransposedUnitTiles - 1) / kTransposedUnitTiles;
+  pack_entries(mask_t, pattern, lay, lay.depth_blocks * units, dst,
+               [&](auto kn, auto km, int64_t item, float* packed, bool stream, Isa isa,
+                   std::atomic<bool>& failed) {
+                 pack_transposed_unit<kn(), km()>(w, order, mask_t, pattern.n, pattern.m, lay,
+                                                  packed, stream, isa, failed, item / units,
+                                                  item % units);
+               });
 }
 
 }  // namespace nms

@@ -37,7 +37,7 @@ using SharedBits = std::shared_ptr<const BitMask>;
 // Buffers reused from step to step (one per layer): after the first step a kernel-path step
 // allocates only its output tensors.
 struct SparseLinearWorkspace {
-  Matrix weight_t;           // (P W)ᵀ
+  Matrix weight_t;           // (P W)ᵀ, when the lane form is packed from a copy
   BitMask mask_t;            // (P M_b)ᵀ
   int64_t mask_t_step = -2;  // transposable: mask_step and mask_bwd version mask_t was made from
   int64_t mask_t_version = -1;
@@ -385,9 +385,9 @@ class SparseLinearFunction : public torch::autograd::Function<SparseLinearFuncti
       ProfileTimer timer(g_profile.backward_data_gemm);
       return dy.mm(wb);
     }
-    // A = (P (M_b ⊙ W))ᵀ, P the row permutation (bimask) or the identity, packed from the
-    // transposed W and mask (nmsparse/kernels/transpose.h: ~5x cheaper than compressing W along
-    // columns); dX = (dY Pᵀ) Aᵀ, the columns of dY in perm order.
+    // A = (P (M_b ⊙ W))ᵀ, P the row permutation (bimask) or the identity, packed from W through
+    // register-transposed blocks with the transposed mask (nm_gemm.h); dX = (dY Pᵀ) Aᵀ, the
+    // columns of dY in perm order.
     SparseLinearWorkspace& ws = SparseLinearAccess::workspace(*st.layer);
     NMS_ASSERT(st.bwd_bits != nullptr);
     const bool bimask = config.weights == WeightMode::kBiMask;
@@ -396,10 +396,6 @@ class SparseLinearFunction : public torch::autograd::Function<SparseLinearFuncti
     torch::Tensor dy_in = dy;
     {
       ProfileTimer timer(g_profile.operand_prep);
-      if (ws.weight_t.rows() != w.size(1) || ws.weight_t.cols() != w.size(0)) {
-        ws.weight_t = Matrix(w.size(1), w.size(0));
-      }
-      transpose_into(const_view(w), ws.weight_t.view(), order);
       // The held transposable mask changes only at a refresh (or a load): transpose it then.
       const int64_t version = static_cast<int64_t>(st.layer->mask_bwd._version());
       const bool cached = !bimask && ws.mask_t_step == st.mask_step && ws.mask_t_version == version;
@@ -408,7 +404,8 @@ class SparseLinearFunction : public torch::autograd::Function<SparseLinearFuncti
         ws.mask_t_step = bimask ? -2 : st.mask_step;
         ws.mask_t_version = version;
       }
-      nm_gemm_pack_masked_into(ws.weight_t.view(), ws.mask_t, config.pattern, ws.backward_operand);
+      nm_gemm_pack_masked_transposed_into(const_view(w), order, ws.mask_t, config.pattern,
+                                          ws.backward_operand, ws.weight_t);
       if (bimask) {
         const torch::Tensor perm =
             torch::from_blob(const_cast<int64_t*>(st.perm.data()),

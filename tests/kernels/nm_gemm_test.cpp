@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kernels/nm_gemm_layout.h"
+#include "kernels/same_operand.h"
 #include "nmsparse/core/isa.h"
 #include "nmsparse/core/rng.h"
 #include "nmsparse/core/threading.h"
@@ -64,26 +65,6 @@ struct Case {
 std::string describe(const Case& c) {
   return c.pattern.to_string() + " " + std::string(axis_name(c.axis)) + " T" +
          std::to_string(c.tokens) + " K" + std::to_string(c.depth) + " R" + std::to_string(c.rows);
-}
-
-// Every buffer of two operands, byte for byte (each holds one form: entries or lanes; an empty
-// buffer has no data pointer, which memcmp must not get).
-template <class T>
-void expect_same_buffer(const AlignedBuffer<T>& got, const AlignedBuffer<T>& want,
-                        const char* name) {
-  ASSERT_EQ(got.size(), want.size()) << name;
-  if (want.size() > 0) {
-    ASSERT_EQ(std::memcmp(got.data(), want.data(), sizeof(T) * want.size()), 0) << name;
-  }
-}
-
-void expect_same_operand(const NmGemmOperand& got, const NmGemmOperand& want) {
-  ASSERT_EQ(got.rows, want.rows);
-  ASSERT_EQ(got.depth, want.depth);
-  expect_same_buffer(got.packed, want.packed, "packed");
-  expect_same_buffer(got.shared, want.shared, "shared");
-  expect_same_buffer(got.lane_values, want.lane_values, "lane_values");
-  expect_same_buffer(got.lane_index, want.lane_index, "lane_index");
 }
 
 // Whether some tile of 2 or more real rows of an entries-form operand keeps the same columns.
@@ -294,7 +275,7 @@ TEST(NmGemm, SharedColumnsTakeTheReusePathWithTheSameResults) {
       ASSERT_EQ(a.lane_values.size(), 0);
       NmGemmOperand masked;
       nm_gemm_pack_masked_into(w.view(), mask, p, masked);
-      expect_same_operand(masked, a);
+      testing::expect_same_operand(masked, a);
     }
     check_matrix({70, 192, 37, p, NmAxis::kRows}, w, seed++, 2);
   }
@@ -442,7 +423,7 @@ void expect_pack_masked_equals_pack(NmPattern p, int64_t rows, int64_t groups) {
     const NmGemmOperand want = nm_gemm_pack(nm_compress_masked(av, mask, p));
     NmGemmOperand got;
     nm_gemm_pack_masked_into(av, mask, p, got);
-    expect_same_operand(got, want);
+    testing::expect_same_operand(got, want);
   }
 }
 
@@ -504,7 +485,7 @@ TEST(NmGemmPackMasked, TwoOfFourRunsAtEveryLevel) {
             const NmGemmOperand want = nm_gemm_pack(nm_compress_masked(a.view(), mask, {2, 4}));
             NmGemmOperand got;
             nm_gemm_pack_masked_into(a.view(), mask, {2, 4}, got);
-            expect_same_operand(got, want);
+            testing::expect_same_operand(got, want);
           }
         }
       }

@@ -143,7 +143,7 @@ struct LayerBench {
   Matrix dy;             // [T, out]
   Matrix dy_pruned;      // MVUE-pruned dY (dense, for the dense weight-gradient baseline)
   BitMask mask, mask_t;  // W's mask and its transpose (held by a training layer between refreshes)
-  Matrix w_t;            // [in, out] scratch for the per-step transpose of W
+  Matrix w_t;            // scratch of the lane form's transposed copy of W
   CompressedNm dy_comp;
   NmGemmOperand w_fwd, w_bwd;
   NmWgradWorkspace ws;
@@ -171,19 +171,17 @@ struct LayerBench {
                           : mask_transposable_exact(scores.view(), p).mask;
     apply_mask(w.view(), mask);
     mask_t = transpose_mask(mask);
-    w_t = Matrix(shape.in, shape.out);
     compress_weights();
     dy_pruned = grad_prune(dy.view(), mvue);
     grad_prune_compressed_into(dy.view(), mvue, dy_comp);
   }
 
   // Per step, as the training layer (SparseLinear) does it: W and Wᵀ packed for the kernels
-  // straight from the dense W and the held masks (Wᵀ through the blocked transpose).
+  // straight from the dense W and the held masks (Wᵀ through register-transposed blocks of W).
   void compress_weights() {
     nm_gemm_pack_masked_into(w.view(), mask, p, w_fwd);
     if (!forward_only) {  // a vector-wise W is N:M along in only
-      transpose_into(w.view(), w_t.view());
-      nm_gemm_pack_masked_into(w_t.view(), mask_t, p, w_bwd);
+      nm_gemm_pack_masked_transposed_into(w.view(), {}, mask_t, p, w_bwd, w_t);
     }
   }
 
