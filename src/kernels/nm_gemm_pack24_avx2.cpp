@@ -43,7 +43,7 @@ constexpr std::array<uint64_t, 256> kByteTable = make_byte_table();
 
 bool nm_gemm_pack_run24_avx2(const float* const rows[kNmGemmTileRows],
                              const uint64_t* const mask_rows[kNmGemmTileRows], int64_t col0,
-                             int64_t width, float* run) {
+                             int64_t col_base, int64_t width, float* run) {
   constexpr int64_t kSlotStride = kNmGemmTileRows * 2;  // floats between a row's slots
   for (int l = 0; l < kNmGemmTileRows; ++l) {
     float* e = run + 2 * l;
@@ -64,9 +64,9 @@ bool nm_gemm_pack_run24_avx2(const float* const rows[kNmGemmTileRows],
       const __m256 values =
           _mm256_and_ps(_mm256_permutevar8x32_ps(_mm256_loadu_ps(rows[l] + c), perm),
                         _mm256_castsi256_ps(_mm256_sub_epi32(_mm256_setzero_si256(), kept)));
-      const __m256i offsets =
-          _mm256_mullo_epi32(_mm256_add_epi32(perm, _mm256_set1_epi32(static_cast<int>(c))),
-                             _mm256_set1_epi32(static_cast<int>(kNmGemmPanel)));
+      const __m256i offsets = _mm256_mullo_epi32(
+          _mm256_add_epi32(perm, _mm256_set1_epi32(static_cast<int>(col_base + c))),
+          _mm256_set1_epi32(static_cast<int>(kNmGemmPanel)));
       const __m256 pairs = _mm256_unpacklo_ps(values, _mm256_castsi256_ps(offsets));
       const __m128 first = _mm256_castps256_ps128(pairs);
       const __m128 second = _mm256_extractf128_ps(pairs, 1);
@@ -83,7 +83,7 @@ bool nm_gemm_pack_run24_avx2(const float* const rows[kNmGemmTileRows],
       for (int j = 0; j < 2; ++j) {
         const int i = static_cast<int>(j == 0 ? pair & 3 : pair >> 2);
         e[j * kSlotStride] = ((nibble >> i) & 1) != 0 ? rows[l][c + i] : 0.0f;
-        const auto offset = static_cast<int32_t>((c + i) * kNmGemmPanel);
+        const auto offset = static_cast<int32_t>((col_base + c + i) * kNmGemmPanel);
         std::memcpy(e + j * kSlotStride + 1, &offset, sizeof(offset));
       }
     }

@@ -38,7 +38,7 @@ inline bool packed_columns(uint32_t bits, int64_t cols, uint32_t& packs) {
 
 bool nm_gemm_pack_run24_avx512(const float* const rows[kNmGemmTileRows],
                                const uint64_t* const mask_rows[kNmGemmTileRows], int64_t col0,
-                               int64_t width, float* run) {
+                               int64_t col_base, int64_t width, float* run) {
   const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   // lanes 2i, 2i + 1 <- value i (first source), offset i (second source, index 16 + i).
   const __m512i interleave =
@@ -47,8 +47,8 @@ bool nm_gemm_pack_run24_avx512(const float* const rows[kNmGemmTileRows],
   for (int64_t c = 0; c < width; c += 16) {
     const int64_t cols = width - c < 16 ? width - c : 16;  // a multiple of 4
     const auto present = static_cast<__mmask16>(cols == 16 ? 0xFFFFu : (1u << cols) - 1u);
-    const __m512i offsets =
-        _mm512_slli_epi32(_mm512_add_epi32(iota, _mm512_set1_epi32(static_cast<int>(c))), 6);
+    const __m512i offsets = _mm512_slli_epi32(
+        _mm512_add_epi32(iota, _mm512_set1_epi32(static_cast<int>(col_base + c))), 6);
     const int64_t slot0 = c / 2;
     for (int l = 0; l < kNmGemmTileRows; ++l) {
       auto* dst = reinterpret_cast<long long*>(run + (slot0 * kNmGemmTileRows + l) * 2);

@@ -10,15 +10,16 @@
 namespace nms::detail {
 
 // Writes the entries of one (depth block, tile) run of a 2:4 operand to `run` (the layout's
-// entry(tile, first slot of the block, 0) onwards): rows[l] points at column col0 of row l of the
-// tile (nullptr for a padding row; a transposed stage's row in
-// nm_gemm_pack_masked_transposed_into), mask_rows[l] at its mask words, columns [col0, col0 +
-// width) the block (col0 a multiple of 64, width a multiple of 4). Returns false, with `run` partly
-// written, when some group of the run keeps more than 2: the caller then packs the run with the
-// scalar code.
+// entry(tile, first slot of the block, 0) onwards), or of the part of it for the block's columns
+// [col_base, col_base + width): rows[l] points at the part's first column of row l of the tile
+// (nullptr for a padding row; a row of a transposed stage in
+// nm_gemm_pack_masked_transposed_into), mask_rows[l] at its mask words, mask columns
+// [col0, col0 + width) the part (col0 a multiple of 16, width a multiple of 4); offsets count from
+// the block's first column. Returns false, with `run` partly written, when some group of the run
+// keeps more than 2: the caller then packs the run with the scalar code.
 bool nm_gemm_pack_run24_avx512(const float* const rows[kNmGemmTileRows],
                                const uint64_t* const mask_rows[kNmGemmTileRows], int64_t col0,
-                               int64_t width, float* run);
+                               int64_t col_base, int64_t width, float* run);
 
 // Rows l0 .. l0 + 7 of a block of the lane form (nm_gemm_lanes_layout.h; l0 a multiple of 8),
 // chunks [c_begin, c_end) of a 2:4 operand of `depth` columns, into the stage (32-byte aligned):

@@ -132,15 +132,16 @@ constexpr int64_t kStreamFloats = int64_t{2} << 20;  // 8 MB
 // Floats of the largest (block, tile) run: slots_per_block <= kNmGemmMaxDepthBlock.
 constexpr int64_t kMaxRunFloats = kNmGemmMaxDepthBlock * kNmGemmTileRows * 2;
 
-// One (depth block, tile) run of entries for compile-time kN:kM (0: the runtime n, m): rows[l]
-// points at the block's first column of tile row l (nullptr: a padding row), mask_rows[l] at its
-// mask words (bit col0 + c for column c of the block), width the block's columns (a multiple of m).
-// Slot j of row l of group gi goes to e + ((gi · n + j) · 6 + l) · 2 (2:4 runs by the AVX-512 or
-// AVX2 packer at those levels). Returns false at an over-full group, e partly written.
+// One (depth block, tile) run of entries for compile-time kN:kM (0: the runtime n, m), or the part
+// of it for columns [col_base, col_base + width) of the block: rows[l] points at that part's first
+// column of tile row l (nullptr: a padding row), mask_rows[l] at its mask words (bit col0 + c for
+// column c of the part), width a multiple of m. Slot j of row l of the part's group gi goes to
+// e + ((gi · n + j) · 6 + l) · 2, its offset (col_base + column in the part) · 64 (2:4 runs by the
+// AVX-512 or AVX2 packer at those levels). Returns false at an over-full group, e partly written.
 template <int kN, int kM>
 bool pack_run(const float* const rows[kNmGemmTileRows],
               const uint64_t* const mask_rows[kNmGemmTileRows], int n, int m, int64_t col0,
-              int64_t width, Isa isa, float* e) {
+              int64_t col_base, int64_t width, Isa isa, float* e) {
   const int nn = kN > 0 ? kN : n;
   const int mm = kM > 0 ? kM : m;
   const uint64_t group_mask = mm == 64 ? ~uint64_t{0} : (uint64_t{1} << mm) - 1;
@@ -148,8 +149,9 @@ bool pack_run(const float* const rows[kNmGemmTileRows],
 #ifdef NMS_HAVE_AVX512_KERNELS
   // A SIMD packer that finds an over-full group leaves the run to the scalar code, which names it.
   if (kN == 2 && kM == 4 && isa >= Isa::kAvx2 &&
-      (isa == Isa::kAvx512 ? detail::nm_gemm_pack_run24_avx512(rows, mask_rows, col0, width, e)
-                           : detail::nm_gemm_pack_run24_avx2(rows, mask_rows, col0, width, e))) {
+      (isa == Isa::kAvx512
+           ? detail::nm_gemm_pack_run24_avx512(rows, mask_rows, col0, col_base, width, e)
+           : detail::nm_gemm_pack_run24_avx2(rows, mask_rows, col0, col_base, width, e))) {
     return true;
   }
 #else
@@ -172,7 +174,7 @@ bool pack_run(const float* const rows[kNmGemmTileRows],
       for (int64_t gi = 0; gi < groups; ++gi) {
         const int64_t c = col0 + 4 * gi;
         const auto nibble = static_cast<uint32_t>((words[c >> 6] >> (c & 63)) & 0xF);
-        if (!pack_group24_entries(rows[l] + 4 * gi, nibble, 4 * gi,
+        if (!pack_group24_entries(rows[l] + 4 * gi, nibble, col_base + 4 * gi,
                                   el + gi * 2 * kNmGemmTileRows * 2)) {
           return false;
         }
@@ -194,7 +196,9 @@ bool pack_run(const float* const rows[kNmGemmTileRows],
       // Groups of an m dividing 64 never straddle a mask word.
       const uint64_t real = (64 % mm == 0) ? (mask_rows[l][c0 >> 6] >> (c0 & 63)) & group_mask
                                            : row_bits(mask_rows[l], c0, mm);
-      if (!pack_group_entries<kN, kM>(rows[l] + gi * mm, real, gi * mm, el, nn)) return false;
+      if (!pack_group_entries<kN, kM>(rows[l] + gi * mm, real, col_base + gi * mm, el, nn)) {
+        return false;
+      }
     }
   }
   return true;
@@ -225,7 +229,7 @@ void pack_tiles(ConstMatrixViewF a, const BitMask& mask, int n, int m,
       rows[l] = r < a.rows() ? a.row(r) + col0 : nullptr;
     }
     float* const dst = packed + lay.entry(tile, lay.block_first_slot(b), 0);
-    if (!pack_run<kN, kM>(rows, mask_rows, n, m, col0, lay.block_width(b), isa,
+    if (!pack_run<kN, kM>(rows, mask_rows, n, m, col0, 0, lay.block_width(b), isa,
                           stream ? run : dst)) {
       failed.store(true, std::memory_order_relaxed);
       return;
@@ -373,16 +377,35 @@ void throw_first_overfull_group(const BitMask& mask, int n, int m) {
   }
 }
 
-// Rows of A (columns of W) staged per work item of nm_gemm_pack_masked_transposed_into: 8 tiles,
-// three 16-column transposes; the stage is [48][kc] floats (24 KB, in L1).
-constexpr int64_t kTransposedUnitTiles = 8;
-constexpr int64_t kTransposedUnitRows = kTransposedUnitTiles * kNmGemmTileRows;
+// nm_gemm_pack_masked_transposed_into's work item: `sub_depth` consecutive rows of W (columns of
+// A: 16, or a whole depth block when m does not divide 16) by the columns of up to
+// kTransposedStageFloats / sub_depth / 6 tiles, transposed into a stage and packed as the parts of
+// those tiles' runs: 16 rows of 4 KB read side by side. 4096 x 4096 2:4, one thread, Zen 2
+// (bench_mask_pack --benchmark_filter=PackTransposed): 20.6 ms, against 32.1 for transpose_into
+// then the pack (a pack of W itself: 14.3); the staging alone 12.7 ms. Stages of 48 to 192 columns
+// by a whole depth block of 128 rows took 22-26 ms; stages of 16 to 256 KB, 32 to 128 rows, and
+// prefetching the rows 128-1024 bytes ahead all measured within 1 ms of this.
+constexpr int64_t kTransposedStageFloats = 16384;  // 64 KB: 1020 x 16 at 2:4
 
-// stage[(j - j0) · kNmGemmMaxDepthBlock + c] = w[order(col0 + c)][j] for j in [j0, j1), c in
-// [0, width): 16 x 16 blocks through registers at AVX2 and above, the edges element by element.
+struct TransposedItems {
+  int64_t sub_depth = 0;    // columns of A per part
+  int64_t parts = 0;        // parts per depth block
+  int64_t stage_tiles = 0;  // tiles per item
+  int64_t segments = 0;     // items per part
+  TransposedItems(const detail::NmGemmLayout& lay)
+      : sub_depth(16 % lay.m == 0 ? 16 : lay.depth_block),
+        parts(lay.depth_block / sub_depth),
+        stage_tiles(kTransposedStageFloats / sub_depth / kNmGemmTileRows),
+        segments((lay.tiles + stage_tiles - 1) / stage_tiles) {}
+  int64_t count(const detail::NmGemmLayout& lay) const {
+    return lay.depth_blocks * parts * segments;
+  }
+};
+
+// stage[(j - j0) · ld + c] = w[order(col0 + c)][j] for j in [j0, j1), c in [0, width): 16 x 16
+// blocks through registers at AVX2 and above, the edges element by element.
 void stage_transposed(ConstMatrixViewF w, std::span<const int64_t> order, int64_t j0, int64_t j1,
-                      int64_t col0, int64_t width, Isa isa, float* stage) {
-  constexpr int64_t kLd = kNmGemmMaxDepthBlock;
+                      int64_t col0, int64_t width, int64_t ld, Isa isa, float* stage) {
   const auto src_row = [&](int64_t c) {
     const int64_t k = col0 + c;
     return w.row(order.empty() ? k : order[k]);
@@ -397,12 +420,12 @@ void stage_transposed(ConstMatrixViewF w, std::span<const int64_t> order, int64_
       for (; j + 16 <= j1; j += 16) {
         const float* rows[16];
         for (int i = 0; i < 16; ++i) rows[i] = base[i] + j;
-        float* out = stage + (j - j0) * kLd + c;
-        isa == Isa::kAvx512 ? detail::transpose16_avx512(rows, out, kLd, false)
-                            : detail::transpose16_avx2(rows, out, kLd, false);
+        float* out = stage + (j - j0) * ld + c;
+        isa == Isa::kAvx512 ? detail::transpose16_avx512(rows, out, ld, false)
+                            : detail::transpose16_avx2(rows, out, ld, false);
       }
       for (; j < j1; ++j) {
-        for (int i = 0; i < 16; ++i) stage[(j - j0) * kLd + c + i] = base[i][j];
+        for (int i = 0; i < 16; ++i) stage[(j - j0) * ld + c + i] = base[i][j];
       }
     }
   }
@@ -411,35 +434,43 @@ void stage_transposed(ConstMatrixViewF w, std::span<const int64_t> order, int64_
 #endif
   for (; c < width; ++c) {
     const float* row = src_row(c);
-    for (int64_t j = j0; j < j1; ++j) stage[(j - j0) * kLd + c] = row[j];
+    for (int64_t j = j0; j < j1; ++j) stage[(j - j0) * ld + c] = row[j];
   }
 }
 
-// The runs of tiles [unit · 8, unit · 8 + 8) in depth block b of A = (P W)ᵀ, from a stage of the
-// block's rows of W transposed (the same entries as pack_tiles on the transposed matrix).
+// Item `item` of nm_gemm_pack_masked_transposed_into: part q of depth block b for one segment of
+// tiles, from a stage of those rows of W transposed (the same entries as pack_tiles on the
+// transposed matrix).
 template <int kN, int kM>
-void pack_transposed_unit(ConstMatrixViewF w, std::span<const int64_t> order, const BitMask& mask_t,
-                          int n, int m, const detail::NmGemmLayout& lay, float* packed, bool stream,
-                          Isa isa, std::atomic<bool>& failed, int64_t b, int64_t unit) {
-  alignas(64) float stage[kTransposedUnitRows * kNmGemmMaxDepthBlock];
+void pack_transposed_item(ConstMatrixViewF w, std::span<const int64_t> order, const BitMask& mask_t,
+                          int n, int m, const detail::NmGemmLayout& lay,
+                          const TransposedItems& items, float* packed, bool stream, Isa isa,
+                          std::atomic<bool>& failed, int64_t item) {
+  alignas(64) float stage[kTransposedStageFloats];
   alignas(64) float run[kMaxRunFloats];
-  const int64_t t0 = unit * kTransposedUnitTiles;
-  const int64_t t1 = std::min(lay.tiles, t0 + kTransposedUnitTiles);
+  const int64_t segment = item % items.segments;
+  const int64_t q = item / items.segments % items.parts;
+  const int64_t b = item / items.segments / items.parts;
+  const int64_t col_base = q * items.sub_depth;
+  const int64_t width = std::min(items.sub_depth, lay.block_width(b) - col_base);
+  if (width <= 0) return;  // a part past a narrower last block
+  const int64_t col0 = b * lay.depth_block + col_base;
+  const int64_t t0 = segment * items.stage_tiles;
+  const int64_t t1 = std::min(lay.tiles, t0 + items.stage_tiles);
   const int64_t j0 = t0 * kNmGemmTileRows;
   const int64_t j1 = std::min(lay.rows, t1 * kNmGemmTileRows);
-  const int64_t col0 = b * lay.depth_block;
-  const int64_t width = lay.block_width(b);
-  stage_transposed(w, order, j0, j1, col0, width, isa, stage);
+  stage_transposed(w, order, j0, j1, col0, width, items.sub_depth, isa, stage);
+  const int64_t first_slot = lay.block_first_slot(b) + col_base / m * n;
   for (int64_t tile = t0; tile < t1; ++tile) {
     const float* rows[kNmGemmTileRows];
     const uint64_t* mask_rows[kNmGemmTileRows];
     for (int64_t l = 0; l < kNmGemmTileRows; ++l) {
       const int64_t r = tile * kNmGemmTileRows + l;
-      rows[l] = r < lay.rows ? stage + (r - j0) * kNmGemmMaxDepthBlock : nullptr;
+      rows[l] = r < lay.rows ? stage + (r - j0) * items.sub_depth : nullptr;
       mask_rows[l] = r < lay.rows ? mask_t.row_words(r) : nullptr;
     }
-    float* const dst = packed + lay.entry(tile, lay.block_first_slot(b), 0);
-    if (!pack_run<kN, kM>(rows, mask_rows, n, m, col0, width, isa, stream ? run : dst)) {
+    float* const dst = packed + lay.entry(tile, first_slot, 0);
+    if (!pack_run<kN, kM>(rows, mask_rows, n, m, col0, col_base, width, isa, stream ? run : dst)) {
       failed.store(true, std::memory_order_relaxed);
       return;
     }
@@ -546,15 +577,12 @@ void nm_gemm_pack_masked_transposed_into(ConstMatrixViewF w, std::span<const int
     pack_lanes(scratch.view(), mask_t, pattern, dst);
     return;
   }
-  // Items depth block by depth block, 8 tiles each: the packed operand is written in order, and
-  // an item reads 128 rows of W (a few pages each) 192 bytes at a time.
-  const int64_t units = (lay.tiles + kTransposedUnitTiles - 1) / kTransposedUnitTiles;
-  pack_entries(mask_t, pattern, lay, lay.depth_blocks * units, dst,
+  const TransposedItems items(lay);
+  pack_entries(mask_t, pattern, lay, items.count(lay), dst,
                [&](auto kn, auto km, int64_t item, float* packed, bool stream, Isa isa,
                    std::atomic<bool>& failed) {
-                 pack_transposed_unit<kn(), km()>(w, order, mask_t, pattern.n, pattern.m, lay,
-                                                  packed, stream, isa, failed, item / units,
-                                                  item % units);
+                 pack_transposed_item<kn(), km()>(w, order, mask_t, pattern.n, pattern.m, lay,
+                                                  items, packed, stream, isa, failed, item);
                });
 }
 

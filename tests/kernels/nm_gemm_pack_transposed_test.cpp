@@ -88,7 +88,7 @@ TEST(NmGemmPackTransposed, EqualsTransposeThenPack) {
         // K around 16-row transposes and depth blocks (kc = 128 / m · m); C (A's rows) around
         // tiles of 6 and stages of 48.
         for (int64_t groups : {1, 5, 32, 37, 70}) {
-          for (int64_t cols : {1, 5, 6, 16, 47, 48, 49, 100}) {
+          for (int64_t cols : {1, 5, 6, 16, 47, 48, 49, 100, 130}) {
             for (bool permuted : {false, true}) {
               SCOPED_TRACE(::testing::Message()
                            << isa_name(isa) << " " << nm_gemm_kernel_name(kernel) << " "
