@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 
 #include "core/parallel.h"
 #include "core/views_overlap.h"
@@ -160,18 +161,43 @@ int64_t nm_gemm_scratch_bytes(const NmGemmOperand& a) {
   return 0;
 }
 
-void nm_gemm(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y) {
+namespace {
+
+// Every check of nm_gemm's boundary (throws nms::Error naming the value).
+void validate_nm_gemm(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y) {
   NMS_CHECK(x.cols() == a.depth, "nm_gemm: x has ", x.cols(), " columns, the operand's depth is ",
             a.depth);
   NMS_CHECK(y.rows() == x.rows() && y.cols() == a.rows, "nm_gemm: y is ", y.rows(), " x ", y.cols(),
             ", expected ", x.rows(), " x ", a.rows);
   NMS_CHECK(!detail::views_overlap(x, y), "nm_gemm: y overlaps x");
-  const detail::NmGemmLayout lay(a.rows, a.depth, a.pattern.n, a.pattern.m);
-  const int64_t tokens = x.rows();
   if (a.lane_values.size() > 0) {  // packed for the permute kernel (nm_gemm_lanes.h)
     const detail::NmGemmLaneLayout lanes(a.rows, a.depth, a.pattern.n, a.pattern.m);
     NMS_CHECK(a.lane_values.size() == lanes.total() && a.lane_index.size() == lanes.total(),
               "nm_gemm: the operand's lane form does not match its shape (use nm_gemm_pack)");
+    return;
+  }
+  const detail::NmGemmLayout lay(a.rows, a.depth, a.pattern.n, a.pattern.m);
+  NMS_CHECK(
+      a.packed.size() == lay.total_floats() && a.shared.size() == lay.depth_blocks * lay.tiles,
+      "nm_gemm: the operand is not packed (use nm_gemm_pack)");
+}
+
+}  // namespace
+
+std::string nm_gemm_check(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y) {
+  try {
+    validate_nm_gemm(x, a, y);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return {};
+}
+
+void nm_gemm(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y) {
+  validate_nm_gemm(x, a, y);
+  const detail::NmGemmLayout lay(a.rows, a.depth, a.pattern.n, a.pattern.m);
+  const int64_t tokens = x.rows();
+  if (a.lane_values.size() > 0) {  // packed for the permute kernel (nm_gemm_lanes.h)
     if (tokens == 0 || a.rows == 0) return;
     if (isa_active() == Isa::kAvx512) {
       detail::nm_gemm_lanes_run(x, a, y);
@@ -180,9 +206,6 @@ void nm_gemm(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y) {
     }
     return;
   }
-  NMS_CHECK(
-      a.packed.size() == lay.total_floats() && a.shared.size() == lay.depth_blocks * lay.tiles,
-      "nm_gemm: the operand is not packed (use nm_gemm_pack)");
   if (tokens == 0 || a.rows == 0) return;
 #if defined(NMS_HAVE_AVX512_KERNELS)
   const Isa isa = isa_active();

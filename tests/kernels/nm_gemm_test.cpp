@@ -392,6 +392,26 @@ TEST(NmGemm, Errors) {
   testing::expect_error([&] { nm_gemm(x2.view(), empty, y.view()); }, "not packed");
 }
 
+// nm_gemm_check: empty for a call that runs, the thrown message for each refused one.
+TEST(NmGemm, CheckNamesWhatNmGemmWouldRefuse) {
+  const Matrix d = random_nm(32, 64, {2, 4}, NmAxis::kRows, 9);
+  const NmGemmOperand a = nm_gemm_pack(nm_compress(d.view(), {2, 4}));
+  Matrix x(8, 64);
+  Matrix y(8, 32);
+  EXPECT_EQ(nm_gemm_check(x.view(), a, y.view()), "");
+  Matrix x_bad(8, 60);
+  EXPECT_NE(nm_gemm_check(x_bad.view(), a, y.view()).find("x has 60 columns"), std::string::npos);
+  Matrix y_bad(7, 32);
+  EXPECT_NE(nm_gemm_check(x.view(), a, y_bad.view()).find("expected 8 x 32"), std::string::npos);
+  NmGemmOperand empty;
+  empty.rows = 32;
+  empty.depth = 64;
+  empty.pattern = {2, 4};
+  const std::string why = nm_gemm_check(x.view(), empty, y.view());
+  EXPECT_NE(why.find("not packed"), std::string::npos);
+  testing::expect_error([&] { nm_gemm(x.view(), empty, y.view()); }, why);
+}
+
 }  // namespace
 }  // namespace nms
 

@@ -76,6 +76,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "nmsparse/core/aligned_buffer.h"
@@ -157,6 +158,10 @@ void nm_gemm_pack_masked_transposed_into(ConstMatrixViewF w, std::span<const int
 // Y = X · Aᵀ: x [T, K] (any ld >= K), y [T, R] (any ld >= R; overwritten). The address ranges
 // x and y span must not overlap (checked; views into the same rows of one buffer are refused).
 void nm_gemm(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y);
+
+// Whether nm_gemm(x, a, y) would run: empty when it would, otherwise the message of the nms::Error
+// it would throw (the same checks, nothing computed).
+std::string nm_gemm_check(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y);
 
 // Scratch nm_gemm keeps for this operand at the active ISA level and thread count, at its largest
 // (T of a slab or more; 0 on the scalar path): each worker thread's output blocks (a group of

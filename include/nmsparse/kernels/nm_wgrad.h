@@ -53,6 +53,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "nmsparse/core/aligned_buffer.h"
 #include "nmsparse/core/matrix_view.h"
@@ -112,5 +113,10 @@ enum class NmWgradKernel { kAuto, kPanels, kGemm, kPermute };
 void nm_wgrad(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw,
               NmWgradWorkspace* ws = nullptr, const NmWgradDecay* decay = nullptr,
               NmWgradKernel kernel = NmWgradKernel::kAuto);
+
+// Whether nm_wgrad(dy, x, dw, ws, decay) would run: empty when it would, otherwise the message of
+// the nms::Error it would throw (the same checks, nothing computed).
+std::string nm_wgrad_check(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw,
+                           const NmWgradDecay* decay = nullptr);
 
 }  // namespace nms

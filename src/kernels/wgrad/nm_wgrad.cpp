@@ -171,8 +171,11 @@ bool nm_wgrad_has_fast_path(NmPattern pattern) {
   return pattern.n >= 1 && pattern.n <= pattern.m && pattern.m <= kMaxGroupSize;
 }
 
-void nm_wgrad(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw, NmWgradWorkspace* ws,
-              const NmWgradDecay* decay, NmWgradKernel kernel) {
+namespace {
+
+// Every check of nm_wgrad's boundary (throws nms::Error naming the value).
+void validate_nm_wgrad(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw,
+                       const NmWgradDecay* decay) {
   check_dy(dy);
   const int64_t out = dy.cols;
   const int64_t in = x.cols();
@@ -190,6 +193,26 @@ void nm_wgrad(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw, NmWgra
               in, "), got ", decay->keep_ld);
     NMS_CHECK(!detail::views_overlap(decay->w, dw), "nm_wgrad: dw overlaps the decay's W");
   }
+}
+
+}  // namespace
+
+std::string nm_wgrad_check(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw,
+                           const NmWgradDecay* decay) {
+  try {
+    validate_nm_wgrad(dy, x, dw, decay);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return {};
+}
+
+void nm_wgrad(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw, NmWgradWorkspace* ws,
+              const NmWgradDecay* decay, NmWgradKernel kernel) {
+  validate_nm_wgrad(dy, x, dw, decay);
+  const int64_t out = dy.cols;
+  const int64_t in = x.cols();
+  const int64_t tokens = dy.rows;
   if (out == 0 || in == 0) return;
   if (tokens == 0) {
     for (int64_t o = 0; o < out; ++o) {

@@ -393,6 +393,24 @@ TEST(NmWgrad, Errors) {
   testing::expect_error([&] { nm_wgrad(odd, x15.view(), w.view()); }, "not a multiple of m (7)");
 }
 
+// nm_wgrad_check: empty for a call that runs, the thrown message for each refused one.
+TEST(NmWgrad, CheckNamesWhatNmWgradWouldRefuse) {
+  const Matrix d = random_dy(16, 10, {2, 4}, 9);
+  const CompressedNm dy = nm_compress(d.view(), {2, 4}, NmAxis::kCols);
+  Matrix x(16, 20);
+  Matrix w(10, 20);
+  EXPECT_EQ(nm_wgrad_check(dy, x.view(), w.view()), "");
+  Matrix x_bad(12, 20);
+  const std::string why = nm_wgrad_check(dy, x_bad.view(), w.view());
+  EXPECT_NE(why.find("x has 12 rows (tokens), dY has 16"), std::string::npos);
+  testing::expect_error([&] { nm_wgrad(dy, x_bad.view(), w.view()); }, why);
+  const Matrix decay_w(10, 20);
+  const std::vector<uint8_t> keep(10 * 20, 1);
+  const NmWgradDecay decay{decay_w.view(), keep.data(), 19, 1e-4f};
+  EXPECT_NE(nm_wgrad_check(dy, x.view(), w.view(), &decay).find("row stride >= in (20), got 19"),
+            std::string::npos);
+}
+
 TEST(NmWgrad, IndexOutOfGroupIsRefused) {
   // 2:3 stores 2-bit indices: the value 3 would point into the next group (past the K-block at
   // the end). Release builds catch it while decoding; debug builds in nm_validate first.
