@@ -1,5 +1,7 @@
 // nm_gemm_pack_masked_into: dense A and an N:M mask -> the packed operand of nm_gemm, without the
-// compressed intermediate (nm_gemm.h). On an over-full group it throws and dst is unspecified.
+// compressed intermediate (nm_gemm.h); nm_gemm_pack_masked_transposed_into: the same for
+// A = (P W)ᵀ read from W through register-transposed stages. On an over-full group they throw
+// and dst is unspecified.
 // Entries are exactly those of nm_gemm_pack( nm_compress_masked(a, mask)): per group the kept
 // columns in increasing order, padded with the group's lowest unkept columns at value 0 when it
 // keeps fewer than n.
