@@ -116,6 +116,20 @@ TEST(NmGemmPackTransposed, LargeOperandEqualsTransposeThenPack) {
   }
 }
 
+// An order shorter than W's rows, with a repeat: A has order.size() columns (transpose_into's
+// contract).
+TEST(NmGemmPackTransposed, OrderSelectsAndRepeatsRows) {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    if (isa > isa_supported()) continue;
+    ScopedIsa scoped(isa);
+    SCOPED_TRACE(isa_name(isa));
+    Source s = make_source(40, 53, false, 31);
+    for (int64_t k = 0; k < 36; ++k) s.order.push_back((k * 11 + 5) % 40);
+    s.order[7] = s.order[3];
+    expect_equals_transpose_then_pack(s, mask_of_transposed(s, {2, 4}), {2, 4});
+  }
+}
+
 TEST(NmGemmPackTransposed, Errors) {
   const Source s = make_source(8, 2, false, 5);
   NmGemmOperand op;
