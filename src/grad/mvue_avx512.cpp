@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "grad/code24.h"
+#include "grad/emit_lanes.h"
 
 namespace nms::detail {
 namespace {
@@ -434,35 +435,12 @@ inline void mvue_generic16(const __m512* x, int n, int m, __m512i uw, __m512* ou
   }
 }
 
-// Compressed emission of one group per lane: out[i] lane l; lane l's value row at v + l * value_ld
-// (slots from `slot0`), index row at idx + l * index_ld (bit (slot0 + k) * bits).
+// Compressed emission of one group per lane (mvue_emit_lanes, grad/emit_lanes.h).
 inline void emit_generic(const __m512* out, int n, int m, int bits, float* v, int64_t value_ld,
                          uint8_t* idx, int64_t index_ld, int64_t slot0) {
   alignas(64) float tmp[64][16];
   for (int i = 0; i < m; ++i) _mm512_store_ps(tmp[i], out[i]);
-  for (int l = 0; l < 16; ++l) {
-    uint64_t kept = 0;
-    int count = 0;
-    for (int i = 0; i < m; ++i) {
-      const uint64_t k = tmp[i][l] != 0.0f;
-      kept |= k << i;
-      count += static_cast<int>(k);
-    }
-    for (int c = count; c < n; ++c) kept |= ~kept & (kept + 1);  // lowest free positions
-    float* vals = v + l * value_ld + slot0;
-    uint8_t* row = idx + l * index_ld;
-    for (int k = 0; k < n; ++k) {
-      const int i = __builtin_ctzll(kept);
-      kept &= kept - 1;
-      vals[k] = tmp[i][l];
-      if (bits == 0) continue;                 // m == 1: no index bits
-      const int64_t bit = (slot0 + k) * bits;  // <= 6 bits: at most two bytes
-      const unsigned shifted = static_cast<unsigned>(i) << (bit & 7);
-      row[bit >> 3] = static_cast<uint8_t>(row[bit >> 3] | shifted);
-      if ((bit & 7) + bits > 8)
-        row[(bit >> 3) + 1] = static_cast<uint8_t>(row[(bit >> 3) + 1] | (shifted >> 8));
-    }
-  }
+  mvue_emit_lanes(&tmp[0][0], 16, n, m, bits, v, value_ld, idx, index_ld, slot0);
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "core/parallel.h"
 #include "kernels/nm_gemm_lanes.h"
 #include "kernels/nm_gemm_layout.h"
+#include "kernels/row_order.h"
 #include "nmsparse/core/error.h"
 #include "nmsparse/core/isa.h"
 #include "nmsparse/kernels/nm_gemm.h"
@@ -385,8 +386,9 @@ void throw_first_overfull_group(const BitMask& mask, int n, int m) {
 // those tiles' runs: 16 rows of 4 KB read side by side. 4096 x 4096 2:4, one thread, Zen 2
 // (bench_mask_pack --benchmark_filter=PackTransposed): 20.6 ms, against 32.1 for transpose_into
 // then the pack (a pack of W itself: 14.3); the staging alone 12.7 ms. Stages of 48 to 192 columns
-// by a whole depth block of 128 rows took 22-26 ms; stages of 16 to 256 KB, 32 to 128 rows, and
-// prefetching the rows 128-1024 bytes ahead all measured within 1 ms of this.
+// by a whole depth block of 128 rows took 22-26 ms. Stages of 32 to 256 KB measured alike (16 KB
+// +1.2 ms, 8 KB +3), so did 32 or 64 rows (128 rows +1.5 ms); prefetching the rows 128-1024
+// bytes ahead left the staging at 12.9-13.5 ms.
 constexpr int64_t kTransposedStageFloats = 16384;  // 64 KB: 1020 x 16 at 2:4
 
 struct TransposedItems {
@@ -566,10 +568,7 @@ void nm_gemm_pack_masked_into(ConstMatrixViewF a, const BitMask& mask, NmPattern
 void nm_gemm_pack_masked_transposed_into(ConstMatrixViewF w, std::span<const int64_t> order,
                                          const BitMask& mask_t, NmPattern pattern,
                                          NmGemmOperand& dst, Matrix& scratch) {
-  for (size_t i = 0; i < order.size(); ++i) {
-    NMS_CHECK(order[i] >= 0 && order[i] < w.rows(), "order[", i, "] = ", order[i],
-              " is outside [0, ", w.rows(), ")");
-  }
+  detail::check_row_order(order, w.rows(), "nm_gemm_pack_masked_transposed_into");
   const int64_t depth = order.empty() ? w.rows() : static_cast<int64_t>(order.size());
   check_packable(w.cols(), depth, mask_t, pattern, "transposed matrix");
   const detail::NmGemmLayout lay(w.cols(), depth, pattern.n, pattern.m);

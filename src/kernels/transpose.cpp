@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/parallel.h"
+#include "kernels/row_order.h"
 #include "nmsparse/core/error.h"
 #include "nmsparse/core/isa.h"
 #ifdef NMS_HAVE_AVX512_KERNELS
@@ -14,6 +15,15 @@
 #endif
 
 namespace nms {
+
+void detail::check_row_order(std::span<const int64_t> order, int64_t rows, const char* what) {
+  for (size_t k = 0; k < order.size(); ++k) {
+    if (order[k] < 0 || order[k] >= rows) {
+      throw_error(what, concat("order[", k, "] = ", order[k], " is outside [0, ", rows, ")"));
+    }
+  }
+}
+
 namespace {
 
 constexpr int64_t kBlock = 16;
@@ -25,17 +35,15 @@ constexpr int64_t kColumnsPerItem = 256;  // dst rows per work item: 256 x K flo
 // alike.
 constexpr int64_t kStreamBytes = int64_t{8} << 20;
 
+// The rows `order` names (0 .. rows - 1 when empty), checked.
 std::vector<int64_t> checked_order(std::span<const int64_t> order, int64_t rows, const char* what) {
-  std::vector<int64_t> out(order.empty() ? static_cast<size_t>(rows) : order.size());
-  for (size_t k = 0; k < out.size(); ++k) {
-    const int64_t r = order.empty() ? static_cast<int64_t>(k) : order[k];
-    if (r < 0 || r >= rows) {
-      detail::throw_error(what,
-                          detail::concat("order[", k, "] = ", r, " is outside [0, ", rows, ")"));
-    }
-    out[k] = r;
+  detail::check_row_order(order, rows, what);
+  if (order.empty()) {
+    std::vector<int64_t> out(static_cast<size_t>(rows));
+    for (int64_t k = 0; k < rows; ++k) out[static_cast<size_t>(k)] = k;
+    return out;
   }
-  return out;
+  return {order.begin(), order.end()};
 }
 
 }  // namespace
