@@ -89,7 +89,7 @@ int64_t worker_floats(const detail::NmGemmBlocking& k, const detail::NmGemmLayou
 namespace detail {
 
 void nm_gemm_simd(const NmGemmArgs& args, int64_t tokens, bool avx512) {
-  const NmGemmLayout lay(args.rows, args.depth, args.n, args.m);
+  const NmGemmLayout lay(args.rows, args.depth, args.n, args.m, args.depth_block);
   const NmGemmBlocking k = choose_blocking(lay, tokens, max_threads());
   const int64_t scratch_floats = worker_floats(k, lay);
   // A work item: rows [chunk_begin(chunk), chunk_begin(chunk + 1)) of tiles x panels
@@ -150,8 +150,9 @@ void nm_gemm_simd(const NmGemmArgs& args, int64_t tokens, bool avx512) {
 
 int64_t nm_gemm_scratch_bytes(const NmGemmOperand& a) {
 #if defined(NMS_HAVE_AVX512_KERNELS)
-  if (isa_active() >= Isa::kAvx2 && a.depth > 0 && a.rows > 0 && a.lane_values.size() == 0) {
-    const detail::NmGemmLayout lay(a.rows, a.depth, a.pattern.n, a.pattern.m);
+  if (isa_active() >= Isa::kAvx2 && a.depth > 0 && a.rows > 0 && a.lane_values.size() == 0 &&
+      detail::nm_gemm_depth_block_valid(a.pattern.m, a.depth_block)) {
+    const detail::NmGemmLayout lay(a.rows, a.depth, a.pattern.n, a.pattern.m, a.depth_block);
     const detail::NmGemmBlocking k = choose_blocking(lay, -1, max_threads());
     return (worker_floats(k, lay) + (k.own_pack ? 0 : k.slab_panels * lay.panel_floats())) *
            static_cast<int64_t>(sizeof(float));
@@ -176,7 +177,10 @@ void validate_nm_gemm(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y)
               "nm_gemm: the operand's lane form does not match its shape (use nm_gemm_pack)");
     return;
   }
-  const detail::NmGemmLayout lay(a.rows, a.depth, a.pattern.n, a.pattern.m);
+  NMS_CHECK(detail::nm_gemm_depth_block_valid(a.pattern.m, a.depth_block),
+            "nm_gemm: the operand is not packed (its depth block, ", a.depth_block,
+            ", is none that ", a.pattern.to_string(), " is packed with; use nm_gemm_pack)");
+  const detail::NmGemmLayout lay(a.rows, a.depth, a.pattern.n, a.pattern.m, a.depth_block);
   NMS_CHECK(
       a.packed.size() == lay.total_floats() && a.shared.size() == lay.depth_blocks * lay.tiles,
       "nm_gemm: the operand is not packed (use nm_gemm_pack)");
@@ -195,7 +199,7 @@ std::string nm_gemm_check(ConstMatrixViewF x, const NmGemmOperand& a, MatrixView
 
 void nm_gemm(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y) {
   validate_nm_gemm(x, a, y);
-  const detail::NmGemmLayout lay(a.rows, a.depth, a.pattern.n, a.pattern.m);
+  const detail::NmGemmLayout lay(a.rows, a.depth, a.pattern.n, a.pattern.m, a.depth_block);
   const int64_t tokens = x.rows();
   if (a.lane_values.size() > 0) {  // packed for the permute kernel (nm_gemm_lanes.h)
     if (tokens == 0 || a.rows == 0) return;
@@ -219,6 +223,7 @@ void nm_gemm(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y) {
     args.depth = a.depth;
     args.n = a.pattern.n;
     args.m = a.pattern.m;
+    args.depth_block = a.depth_block;
     args.y = y.data();
     args.ldy = y.ld();
     detail::nm_gemm_simd(args, tokens, isa == Isa::kAvx512);

@@ -123,7 +123,7 @@ void store_transposed(const NmGemmArgs& a, int64_t r_begin, int64_t r_end, int64
 }  // namespace
 
 void nm_gemm_avx2_pack_x(const NmGemmArgs& a, int64_t t0, int64_t width, float* xt) {
-  const NmGemmLayout lay(a.rows, a.depth, a.n, a.m);
+  const NmGemmLayout lay(a.rows, a.depth, a.n, a.m, a.depth_block);
   for (int64_t b = 0; b < lay.depth_blocks; ++b) {
     pack_panel(a, t0, width, b * lay.depth_block, lay.block_width(b),
                xt + b * lay.depth_block * kNmGemmPanel);
@@ -132,7 +132,7 @@ void nm_gemm_avx2_pack_x(const NmGemmArgs& a, int64_t t0, int64_t width, float* 
 
 void nm_gemm_avx2_block(const NmGemmArgs& a, int64_t tile0, int64_t tile1, int64_t t0,
                         int64_t tokens, const float* xt, float* scratch) {
-  const NmGemmLayout lay(a.rows, a.depth, a.n, a.m);
+  const NmGemmLayout lay(a.rows, a.depth, a.n, a.m, a.depth_block);
   const int64_t panels = (tokens + kNmGemmPanel - 1) / kNmGemmPanel;
   const int64_t out_rows = nm_gemm_out_rows(tile1 - tile0);
   const int64_t yb_floats = out_rows * kNmGemmPanel;  // per panel: yb[out_rows][64]

@@ -13,7 +13,8 @@ struct NmGemmArgs {
   const uint8_t* shared;  // per (depth block, tile): the rows keep the same columns (nm_gemm.h)
   int64_t rows, depth;
   int n, m;
-  float* y;  // [tokens, rows], row stride ldy
+  int64_t depth_block = 0;  // the operand's (nm_gemm_layout.h)
+  float* y;                 // [tokens, rows], row stride ldy
   int64_t ldy;
   // The weight-gradient form (nm_wgrad): x is given as [depth, tokens] (x(t, k) at
   // x[k · ldx + t]) and y as [rows, tokens] (y(t, r) at y[r · ldy + t]), and when start_w is set

@@ -96,7 +96,7 @@ bool nm_gemm_lanes_for(NmPattern pattern) {
 }
 
 void nm_gemm_lanes_from_entries(NmGemmOperand& a) {
-  const NmGemmLayout lay(a.rows, a.depth, a.pattern.n, a.pattern.m);
+  const NmGemmLayout lay(a.rows, a.depth, a.pattern.n, a.pattern.m, a.depth_block);
   bool shared = false;  // some tile of 2 or more real rows keeps the same columns
   for (int64_t tile = 0; tile < lay.tiles && !shared; ++tile) {
     if (a.rows - tile * kNmGemmTileRows < 2) break;

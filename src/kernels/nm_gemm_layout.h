@@ -2,7 +2,8 @@
 // scalar path and the SIMD kernels (plain data and arithmetic only: the AVX units include it).
 //
 // A [R, K] N:M along K. Rows in tiles of kNmGemmTileRows (6; the last tile padded with zero rows),
-// K in depth blocks of kc columns (the largest multiple of m <= kNmGemmMaxDepthBlock). Every row
+// K in depth blocks of kc columns (the largest multiple of m <= the cap the operand was packed
+// for: nm_gemm_depth_block_cap; kc is stored in the operand). Every row
 // has the same slots_per_row = K / m · n kept slots (slot g: group g / n); depth block b holds
 // slots [b · kc / m · n, ...). Entries are stored depth block by depth block, then tile by tile,
 // then slot by slot, then row by row: each (block, tile) is one contiguous run the kernel streams,
@@ -18,7 +19,14 @@ namespace nms {
 
 inline constexpr int64_t kNmGemmTileRows = 6;  // rows of A per micro-tile (6 x 4 accumulators)
 inline constexpr int64_t kNmGemmPanel = 64;    // tokens per panel: 4 zmm of 16 lanes
-inline constexpr int64_t kNmGemmMaxDepthBlock = 128;  // 128 x 64 floats = 32 KB panel, in L1
+// Depth-block caps: 128 columns (a 32 KB panel) for the AVX-512 kernels and the scalar path, 64
+// (16 KB) for the AVX2 kernel, whose one-row micro-kernel streams the whole panel per row and
+// shares Zen 2's 32 KB L1 with the entries and output rows. On Zen 2, one thread, 2:4, 64 against
+// 128: forward 2048^3 156 -> 142-149 ms, 512 x 4096 -> 4096 151-155 -> 143 ms, 8192 x 768 -> 3072
+// level (347-352 ms); weight gradient with MVUE 383 -> 360, 160 -> 144, 155 -> 144 ms (same three
+// shapes); 32 columns measured between the two.
+inline constexpr int64_t kNmGemmMaxDepthBlock = 128;
+inline constexpr int64_t kNmGemmDepthBlockAvx2 = 64;
 // Cache blocking (nm_gemm.h): panels per work item, rows per row chunk of A (a multiple of 48), and
 // the Xᵀ workspace packed at once (floats; at least one group of panels).
 inline constexpr int64_t kNmGemmGroupPanels = 8;
@@ -26,6 +34,14 @@ inline constexpr int64_t kNmGemmChunkRows = 384;
 inline constexpr int64_t kNmGemmSlabFloats = int64_t{1} << 21;  // 8 MB
 
 namespace detail {
+
+// The depth block of an operand packed now (at the active ISA level) for pattern m: the largest
+// multiple of m <= the level's cap (m <= 64 <= every cap). Defined in nm_gemm_pack.cpp.
+int64_t nm_gemm_depth_block(int m);
+// Whether kc is the depth block some level packs for pattern m (an operand's, before use).
+inline bool nm_gemm_depth_block_valid(int m, int64_t kc) {
+  return m > 0 && (kc == kNmGemmMaxDepthBlock / m * m || kc == kNmGemmDepthBlockAvx2 / m * m);
+}
 
 struct NmGemmLayout {
   int64_t rows = 0;
@@ -38,12 +54,13 @@ struct NmGemmLayout {
   int64_t slots_per_row = 0;
   int64_t slots_per_block = 0;  // kc / m · n (the last block may hold fewer)
 
-  NmGemmLayout(int64_t r, int64_t k, int nn, int mm)
+  // kc: the operand's depth block (a multiple of m, at most kNmGemmMaxDepthBlock).
+  NmGemmLayout(int64_t r, int64_t k, int nn, int mm, int64_t kc)
       : rows(r),
         depth(k),
         n(nn),
         m(mm),
-        depth_block(kNmGemmMaxDepthBlock / mm * mm),
+        depth_block(kc),
         tiles((r + kNmGemmTileRows - 1) / kNmGemmTileRows),
         depth_blocks((k + depth_block - 1) / depth_block),
         slots_per_row(k / mm * nn),

@@ -8,6 +8,7 @@
 #include "kernels/nm_gemm_lanes.h"
 #include "kernels/nm_gemm_layout.h"
 #include "nmsparse/core/error.h"
+#include "nmsparse/core/isa.h"
 #include "nmsparse/kernels/nm_gemm.h"
 
 namespace nms {
@@ -45,10 +46,15 @@ class IndexReader {
 
 namespace detail {
 
+int64_t nm_gemm_depth_block(int m) {
+  const int64_t cap = isa_active() == Isa::kAvx2 ? kNmGemmDepthBlockAvx2 : kNmGemmMaxDepthBlock;
+  return cap / m * m;
+}
+
 // shared[b · tiles + tile] = 1 when every real row of the tile has the same offset as its first
 // row at every slot of depth block b (padding rows hold value 0 and do not matter).
 void mark_shared_tiles(NmGemmOperand& a) {
-  const NmGemmLayout lay(a.rows, a.depth, a.pattern.n, a.pattern.m);
+  const NmGemmLayout lay(a.rows, a.depth, a.pattern.n, a.pattern.m, a.depth_block);
   const int64_t count = lay.depth_blocks * lay.tiles;
   if (a.shared.size() != count) a.shared.resize_for_overwrite(count);
   parallel_for(lay.tiles, [&](int64_t tile) {
@@ -79,7 +85,8 @@ void detail::nm_gemm_pack_entries_into(const CompressedNm& c, NmGemmOperand& dst
   dst.rows = r_count;
   dst.depth = k;
   dst.pattern = c.pattern;
-  const detail::NmGemmLayout lay(r_count, k, c.pattern.n, c.pattern.m);
+  dst.depth_block = detail::nm_gemm_depth_block(c.pattern.m);
+  const detail::NmGemmLayout lay(r_count, k, c.pattern.n, c.pattern.m, dst.depth_block);
   if (dst.packed.size() != lay.total_floats()) dst.packed.resize_for_overwrite(lay.total_floats());
   const int n = c.pattern.n;
   const int m = c.pattern.m;

@@ -496,6 +496,7 @@ void set_shape(NmGemmOperand& dst, int64_t rows, int64_t depth, NmPattern patter
   dst.rows = rows;
   dst.depth = depth;
   dst.pattern = pattern;
+  dst.depth_block = detail::nm_gemm_depth_block(pattern.m);
 }
 
 // The permute kernel's form only, straight from A and the mask (its 2:4 rows by the AVX-512
@@ -552,7 +553,8 @@ void pack_entries(const BitMask& mask, NmPattern pattern, const detail::NmGemmLa
 void nm_gemm_pack_masked_into(ConstMatrixViewF a, const BitMask& mask, NmPattern pattern,
                               NmGemmOperand& dst) {
   check_packable(a.rows(), a.cols(), mask, pattern, "matrix");
-  const detail::NmGemmLayout lay(a.rows(), a.cols(), pattern.n, pattern.m);
+  const detail::NmGemmLayout lay(a.rows(), a.cols(), pattern.n, pattern.m,
+                                 detail::nm_gemm_depth_block(pattern.m));
   if (detail::nm_gemm_lanes_for(pattern) && !tiles_share_columns(mask, lay)) {
     pack_lanes(a, mask, pattern, dst);
     return;
@@ -571,7 +573,8 @@ void nm_gemm_pack_masked_transposed_into(ConstMatrixViewF w, std::span<const int
   detail::check_row_order(order, w.rows(), "nm_gemm_pack_masked_transposed_into");
   const int64_t depth = order.empty() ? w.rows() : static_cast<int64_t>(order.size());
   check_packable(w.cols(), depth, mask_t, pattern, "transposed matrix");
-  const detail::NmGemmLayout lay(w.cols(), depth, pattern.n, pattern.m);
+  const detail::NmGemmLayout lay(w.cols(), depth, pattern.n, pattern.m,
+                                 detail::nm_gemm_depth_block(pattern.m));
   if (detail::nm_gemm_lanes_for(pattern) && !tiles_share_columns(mask_t, lay)) {
     if (scratch.rows() != w.cols() || scratch.cols() != depth) scratch = Matrix(w.cols(), depth);
     transpose_into(w, scratch.view(), order);

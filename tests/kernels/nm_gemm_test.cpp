@@ -76,6 +76,44 @@ bool reuses_columns(const NmGemmOperand& a) {
   return false;
 }
 
+// Runs operand `a` at every ISA level: each result within the bound of the double reference
+// (ref, mag: Σ |x a|) and bitwise equal to `first` (set by the first run of the case).
+void check_levels(const Case& c, ConstMatrixViewF x, const NmGemmOperand& a,
+                  const std::vector<double>& ref, const std::vector<double>& mag, int64_t pad,
+                  Matrix& first, const std::string& what) {
+  const int64_t kept = c.depth / c.pattern.m * c.pattern.n;
+  const double u = std::ldexp(1.0, -24);
+  const double gamma = kept * u / (1.0 - kept * u);
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    if (isa > isa_supported()) continue;
+    ScopedIsa level(isa);
+    SCOPED_TRACE(what + ", run at " + std::string(isa_name(isa)));
+    Matrix ybuf(c.tokens, c.rows + pad);
+    for (int64_t k = 0; k < ybuf.size(); ++k) ybuf.data()[k] = -7.0f;  // sentinel
+    const MatrixViewF y(ybuf.data(), c.tokens, c.rows, c.rows + pad);
+    nm_gemm(x, a, y);
+    for (int64_t t = 0; t < c.tokens; ++t) {
+      for (int64_t r = 0; r < c.rows; ++r) {
+        const auto i = static_cast<size_t>(t * c.rows + r);
+        ASSERT_LE(std::fabs(y(t, r) - ref[i]), gamma * mag[i] + 1e-30)
+            << "at (" << t << ", " << r << ")";
+      }
+      for (int64_t r = c.rows; r < c.rows + pad; ++r) {
+        ASSERT_EQ(ybuf(t, r), -7.0f) << "wrote past the row at " << t << ", " << r;
+      }
+    }
+    Matrix dense_y(c.tokens, c.rows);
+    for (int64_t t = 0; t < c.tokens; ++t)
+      for (int64_t r = 0; r < c.rows; ++r) dense_y(t, r) = y(t, r);
+    if (first.size() == 0) {
+      first = std::move(dense_y);
+    } else {
+      ASSERT_EQ(std::memcmp(first.data(), dense_y.data(), sizeof(float) * first.size()), 0)
+          << "differs from the first run (scalar)";
+    }
+  }
+}
+
 // Runs one case on the N:M matrix d (A = d for kRows, dᵀ for kCols) at every ISA level; checks
 // the tolerance and bitwise equality across levels.
 void check_matrix(const Case& c, const Matrix& d, uint64_t seed, int64_t pad = 0) {
@@ -84,9 +122,6 @@ void check_matrix(const Case& c, const Matrix& d, uint64_t seed, int64_t pad = 0
   const CompressedNm comp = nm_compress(d.view(), c.pattern, c.axis);
   Matrix xbuf = testing::random_matrix(c.tokens, c.depth + pad, seed + 1);
   const ConstMatrixViewF x(xbuf.data(), c.tokens, c.depth, c.depth + pad);
-  const int64_t kept = c.depth / c.pattern.m * c.pattern.n;
-  const double u = std::ldexp(1.0, -24);
-  const double gamma = kept * u / (1.0 - kept * u);
   std::vector<double> ref(static_cast<size_t>(c.tokens * c.rows));  // the double reference
   std::vector<double> mag(ref.size());                              // and Σ |x a|
   for (int64_t t = 0; t < c.tokens; ++t) {
@@ -105,45 +140,32 @@ void check_matrix(const Case& c, const Matrix& d, uint64_t seed, int64_t pad = 0
   Matrix first;
   bool reuse = false;  // from the broadcast packing, the first
   // Both AVX-512 kernels (an operand packed under `permute` has the lane form: the permute kernel
-  // at the AVX-512 level, its scalar path below).
+  // at the AVX-512 level, its scalar path below), packed at every level (depth blocks of 128
+  // columns, 64 at AVX2; the lanes at AVX-512 under permute), each run at every level.
   for (NmGemmKernel kernel : {NmGemmKernel::kBroadcast, NmGemmKernel::kPermute}) {
     ScopedNmGemmKernel scoped_kernel(kernel);
-    const NmGemmOperand a = nm_gemm_pack(comp);
-    ASSERT_EQ(a.rows, c.rows);
-    ASSERT_EQ(a.depth, c.depth);
-    // One form: the lanes for permute on an AVX-512 CPU (m | 16, no tile reusing its columns).
-    if (kernel == NmGemmKernel::kBroadcast) reuse = reuses_columns(a);
-    const bool lanes = kernel == NmGemmKernel::kPermute && isa_supported() == Isa::kAvx512 &&
-                       16 % c.pattern.m == 0 && !reuse;
-    ASSERT_EQ(a.lane_values.size() > 0, lanes) << nm_gemm_kernel_name(kernel);
-    ASSERT_EQ(a.packed.size() > 0, !lanes) << nm_gemm_kernel_name(kernel);
-    for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
-      if (isa > isa_supported()) continue;
-      ScopedIsa level(isa);
-      SCOPED_TRACE(std::string(nm_gemm_kernel_name(kernel)) + " " + std::string(isa_name(isa)));
-      Matrix ybuf(c.tokens, c.rows + pad);
-      for (int64_t k = 0; k < ybuf.size(); ++k) ybuf.data()[k] = -7.0f;  // sentinel
-      const MatrixViewF y(ybuf.data(), c.tokens, c.rows, c.rows + pad);
-      nm_gemm(x, a, y);
-      for (int64_t t = 0; t < c.tokens; ++t) {
-        for (int64_t r = 0; r < c.rows; ++r) {
-          const auto i = static_cast<size_t>(t * c.rows + r);
-          ASSERT_LE(std::fabs(y(t, r) - ref[i]), gamma * mag[i] + 1e-30)
-              << "isa " << isa_name(isa) << " at (" << t << ", " << r << ")";
-        }
-        for (int64_t r = c.rows; r < c.rows + pad; ++r) {
-          ASSERT_EQ(ybuf(t, r), -7.0f) << "wrote past the row at " << t << ", " << r;
-        }
+    for (Isa pack_isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+      if (pack_isa > isa_supported()) continue;
+      NmGemmOperand a;
+      {
+        ScopedIsa packing(pack_isa);
+        a = nm_gemm_pack(comp);
       }
-      Matrix dense_y(c.tokens, c.rows);
-      for (int64_t t = 0; t < c.tokens; ++t)
-        for (int64_t r = 0; r < c.rows; ++r) dense_y(t, r) = y(t, r);
-      if (first.size() == 0) {
-        first = std::move(dense_y);
-      } else {
-        ASSERT_EQ(std::memcmp(first.data(), dense_y.data(), sizeof(float) * first.size()), 0)
-            << "isa " << isa_name(isa) << " differs from scalar";
+      ASSERT_EQ(a.rows, c.rows);
+      ASSERT_EQ(a.depth, c.depth);
+      const int64_t cap = pack_isa == Isa::kAvx2 ? kNmGemmDepthBlockAvx2 : kNmGemmMaxDepthBlock;
+      ASSERT_EQ(a.depth_block, cap / c.pattern.m * c.pattern.m);
+      // One form: the lanes for permute at AVX-512 (m | 16, no tile reusing its columns).
+      if (kernel == NmGemmKernel::kBroadcast && pack_isa == Isa::kScalar) {
+        reuse = reuses_columns(a);
       }
+      const bool lanes = kernel == NmGemmKernel::kPermute && pack_isa == Isa::kAvx512 &&
+                         16 % c.pattern.m == 0 && !reuse;
+      ASSERT_EQ(a.lane_values.size() > 0, lanes) << nm_gemm_kernel_name(kernel);
+      ASSERT_EQ(a.packed.size() > 0, !lanes) << nm_gemm_kernel_name(kernel);
+      check_levels(c, x, a, ref, mag, pad, first,
+                   std::string(nm_gemm_kernel_name(kernel)) + " packed at " +
+                       std::string(isa_name(pack_isa)));
     }
   }
 }
@@ -158,7 +180,7 @@ void check_case(const Case& c, uint64_t seed, int64_t pad = 0) {
 
 TEST(NmGemm, PatternsOnTileEdges) {
   // Tiles: 6 rows of A, 64 tokens per panel, 16 x 16 transposes, depth blocks of the largest
-  // multiple of m <= kNmGemmMaxDepthBlock.
+  // multiple of m <= the packing level's cap (nm_gemm_layout.h).
   const NmPattern patterns[] = {{2, 4}, {1, 4},   {1, 2}, {4, 8},   {8, 16},
                                 {3, 8}, {16, 16}, {2, 3}, {16, 32}, {5, 12}};
   uint64_t seed = 1;
@@ -170,10 +192,13 @@ TEST(NmGemm, PatternsOnTileEdges) {
           check_case({tokens, depth, rows, p, axis}, seed++);
         }
       }
-      const int64_t kc =
-          kNmGemmMaxDepthBlock / p.m * p.m;  // around one, two and three depth blocks
-      for (int64_t k : {kc - p.m, kc, kc + p.m, 2 * kc, 3 * kc + p.m}) {
-        check_case({19, k, 13, p, axis}, seed++, /*pad=*/3);
+      // Around one, two and three depth blocks of either size (check_matrix packs at every
+      // level).
+      for (const int64_t cap : {kNmGemmDepthBlockAvx2, kNmGemmMaxDepthBlock}) {
+        const int64_t kc = cap / p.m * p.m;
+        for (int64_t k : {kc - p.m, kc, kc + p.m, 2 * kc, 3 * kc + p.m}) {
+          check_case({19, k, 13, p, axis}, seed++, /*pad=*/3);
+        }
       }
     }
   }
@@ -336,16 +361,16 @@ TEST(NmGemm, ScratchBytes) {
     // one depth block.
     ScopedIsa level(Isa::kAvx2);
     EXPECT_EQ(nm_gemm_scratch_bytes(a),
-              4 * kNmGemmGroupPanels * (144 + kNmGemmMaxDepthBlock) * kNmGemmPanel);
+              4 * kNmGemmGroupPanels * (144 + a.depth_block) * kNmGemmPanel);
   }
   if (isa_supported() >= Isa::kAvx2) {
     // Two row chunks: a worker's output blocks (a group of panels x kNmGemmChunkRows x 64
-    // floats), plus the calling thread's Xᵀ workspace shared by the chunks: the panels of 2 depth
-    // blocks that kNmGemmSlabFloats holds, in whole groups.
+    // floats), plus the calling thread's Xᵀ workspace shared by the chunks: the panels of depth
+    // 256 (whole depth blocks of either size) that kNmGemmSlabFloats holds, in whole groups.
     const Matrix d2 = random_nm(2 * kNmGemmChunkRows, 256, {2, 4}, NmAxis::kRows, 8);
     const NmGemmOperand a2 = nm_gemm_pack(nm_compress(d2.view(), {2, 4}));
     ScopedIsa level(Isa::kAvx2);
-    const int64_t panel = 2 * kNmGemmMaxDepthBlock * kNmGemmPanel;
+    const int64_t panel = 256 * kNmGemmPanel;
     const int64_t slab = kNmGemmSlabFloats / (kNmGemmGroupPanels * panel) * kNmGemmGroupPanels;
     EXPECT_EQ(nm_gemm_scratch_bytes(a2),
               4 * (kNmGemmGroupPanels * kNmGemmChunkRows * kNmGemmPanel + slab * panel));

@@ -24,6 +24,7 @@ inline void expect_same_operand(const NmGemmOperand& got, const NmGemmOperand& w
   ASSERT_EQ(got.rows, want.rows);
   ASSERT_EQ(got.depth, want.depth);
   ASSERT_EQ(got.pattern, want.pattern);
+  ASSERT_EQ(got.depth_block, want.depth_block);
   expect_same_buffer(got.packed, want.packed, "packed");
   expect_same_buffer(got.shared, want.shared, "shared");
   expect_same_buffer(got.lane_values, want.lane_values, "lane_values");

@@ -10,7 +10,8 @@
 // The first two are one operation, Y = X · Aᵀ with A [R, K] N:M along K: A = W for the forward
 // GEMM, A = Wᵀ for backward-data. nm_gemm computes it token-vectorised, as Yᵀ = A · Xᵀ: Xᵀ is
 // packed into panels of 64 tokens, each [kc][64] per depth block of up to 128 columns (32 KB, in
-// L1; 64 columns measured the same on per-row masks and 8 % slower on vector-wise ones); each
+// L1; 64 columns measured the same on per-row masks and 8 % slower on vector-wise ones; the AVX2
+// kernel takes 64, nm_gemm_layout.h); each
 // micro-tile keeps 24 zmm accumulators and, per kept slot and row, broadcasts the value and
 // multiply-adds it with the vectors of the panel row its column selects (no shuffles in the inner
 // loop). Panels are taken in pairs: half a 6-row tile (3 rows) x 128 tokens, 1 broadcast + 1
@@ -92,6 +93,9 @@ struct NmGemmOperand {
   int64_t rows = 0;   // R: output features of the GEMM
   int64_t depth = 0;  // K: reduction length
   NmPattern pattern;
+  // Columns of K per depth block, set by the packers for the ISA level active when packing (128,
+  // or 64 at the AVX2 level; a multiple of m). Results do not depend on it.
+  int64_t depth_block = 0;
   // Per tile of 6 rows, per kept slot, per row: {value, panel offset}
   // (src/kernels/nm_gemm_layout.h). Empty when the operand has the lane form.
   AlignedBuffer<float> packed;

@@ -252,6 +252,7 @@ void nm_wgrad(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw, NmWgra
     args.depth = tokens;
     args.n = dy.pattern.n;
     args.m = dy.pattern.m;
+    args.depth_block = w.dy_t.depth_block;
     args.y = dw.data();
     args.ldy = dw.ld();
     args.transposed = true;
