@@ -156,6 +156,30 @@ inline void select24(const __m256 out[4], __m256& v0, __m256& v1, __m256i& code)
 
 constexpr int kTileRows = 8;  // group rows per tile: 64 bytes of values per column
 
+// A full tile's kept pairs, block[t][l] = the 8 bytes of group row t, column l, stored as column
+// l's 64 contiguous bytes at out + l · value_ld: four 4 x 4 transposes of 8-byte elements (bit
+// moves only), 16 loads and 16 stores where copying pair by pair took 64 of each.
+inline void store_tile_pairs(const uint64_t block[kTileRows][8], float* out, int64_t value_ld) {
+  for (int h = 0; h < 2; ++h) {    // columns 4h .. 4h + 3
+    for (int g = 0; g < 2; ++g) {  // group rows 4g .. 4g + 3
+      __m256d r[4];
+      for (int i = 0; i < 4; ++i) {
+        r[i] = _mm256_load_pd(reinterpret_cast<const double*>(&block[4 * g + i][4 * h]));
+      }
+      const __m256d t0 = _mm256_unpacklo_pd(r[0], r[1]);  // columns 0, 2 of rows 0, 1
+      const __m256d t1 = _mm256_unpackhi_pd(r[0], r[1]);  // columns 1, 3
+      const __m256d t2 = _mm256_unpacklo_pd(r[2], r[3]);
+      const __m256d t3 = _mm256_unpackhi_pd(r[2], r[3]);
+      const __m256d c[4] = {
+          _mm256_permute2f128_pd(t0, t2, 0x20), _mm256_permute2f128_pd(t1, t3, 0x20),
+          _mm256_permute2f128_pd(t0, t2, 0x31), _mm256_permute2f128_pd(t1, t3, 0x31)};
+      for (int i = 0; i < 4; ++i) {
+        _mm256_storeu_pd(reinterpret_cast<double*>(out + (4 * h + i) * value_ld + 8 * g), c[i]);
+      }
+    }
+  }
+}
+
 inline bool any(__m256 mask) {
   return _mm256_movemask_ps(mask) != 0;
 }
@@ -328,6 +352,13 @@ bool mvue24_cols_avx2(const float* src, int64_t ld, int64_t group_rows, int64_t 
     for (int64_t v = 0; v < 4 * units; ++v) {
       alignas(32) uint32_t words[8];
       _mm256_store_si256(reinterpret_cast<__m256i*>(words), nibbles[v]);
+      if (tile_rows == kTileRows) {
+        store_tile_pairs(pairs[v], values + 8 * v * value_ld + 2 * tile, value_ld);
+        for (int l = 0; l < 8; ++l) {
+          std::memcpy(indices + (8 * v + l) * index_ld + tile / 2, &words[l], kTileRows / 2);
+        }
+        continue;
+      }
       for (int l = 0; l < 8; ++l) {
         float* line = values + (8 * v + l) * value_ld + 2 * tile;
         for (int64_t t = 0; t < tile_rows; ++t) std::memcpy(line + 2 * t, &pairs[v][t][l], 8);
