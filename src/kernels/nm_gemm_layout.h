@@ -3,7 +3,7 @@
 //
 // A [R, K] N:M along K. Rows in tiles of kNmGemmTileRows (6; the last tile padded with zero rows),
 // K in depth blocks of kc columns (the largest multiple of m <= the cap the operand was packed
-// for: nm_gemm_depth_block_cap; kc is stored in the operand). Every row
+// for: nm_gemm_depth_block; kc is stored in the operand). Every row
 // has the same slots_per_row = K / m · n kept slots (slot g: group g / n); depth block b holds
 // slots [b · kc / m · n, ...). Entries are stored depth block by depth block, then tile by tile,
 // then slot by slot, then row by row: each (block, tile) is one contiguous run the kernel streams,

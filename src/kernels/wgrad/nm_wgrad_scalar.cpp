@@ -27,6 +27,16 @@ bool wgrad_decode_scalar(const WgradDecodeArgs& a, float* vals, int32_t* offs) {
   return bad == 0;
 }
 
+void wgrad_lane_piece_scalar(const float* vals, const int32_t* offs, int slots, float* out_values,
+                             int32_t* out_lanes) {
+  for (int s = 0; s < slots; ++s) {
+    for (int l = 0; l < kWgradLaneRows; ++l) {
+      out_values[s * kWgradLaneRows + l] = vals[l * kWgradMaxBlockSlots + s];
+      out_lanes[s * kWgradLaneRows + l] = offs[l * kWgradMaxBlockSlots + s] / kWgradPanelBytes % 16;
+    }
+  }
+}
+
 void wgrad_tile_scalar(const WgradTileArgs& t) {
   float acc[kWgradRowTile][kWgradPanel];
   for (int r = 0; r < t.rows; ++r) {

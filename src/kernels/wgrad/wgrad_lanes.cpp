@@ -32,17 +32,22 @@ void wgrad_lanes_from_compressed(const CompressedNm& dy, AlignedBuffer<float>& v
   for (int s = 0; s < kWgradMaxBlockSlots; ++s) group_token[s] = s / n * m;
 #if defined(NMS_HAVE_AVX512_KERNELS)
   const WgradDecodeFn decode = wgrad_decode_avx512;
+  const WgradLanePieceFn write_piece = wgrad_lane_piece_avx512;
 #else
   const WgradDecodeFn decode = wgrad_decode_scalar;
+  const WgradLanePieceFn write_piece = wgrad_lane_piece_scalar;
 #endif
-  // Token byte offsets from the decoder are token · kWgradPanelBytes.
-  static_assert(kWgradPanelBytes == 512);
-  constexpr int kOffsetShift = 9;
+  static_assert(kWgradLaneRows == kLaneRows);
 
   parallel_for(lay.blocks, [&](int64_t b) {
     alignas(64) float piece_values[kLaneRows][kWgradMaxBlockSlots];
     alignas(64) int32_t piece_offsets[kLaneRows][kWgradMaxBlockSlots];
     const int64_t real = std::min<int64_t>(kLaneRows, dy.cols - b * kLaneRows);
+    // Padding rows: value 0, lane 0 in every piece.
+    for (int64_t l = real; l < kLaneRows; ++l) {
+      std::fill(piece_values[l], piece_values[l] + kWgradMaxBlockSlots, 0.0f);
+      std::fill(piece_offsets[l], piece_offsets[l] + kWgradMaxBlockSlots, 0);
+    }
     float* out_values = values.data() + lay.offset(b, 0, 0);
     int32_t* out_lanes = lanes.data() + lay.offset(b, 0, 0);
     WgradDecodeArgs da{};
@@ -58,22 +63,21 @@ void wgrad_lanes_from_compressed(const CompressedNm& dy, AlignedBuffer<float>& v
         da.indices = dy.indices.data() + o * da.row_bytes;
         da.s0 = s0;
         da.slots = slots;
+        // The 32 rows are 32 + 32 streams of values and index bits, more than the hardware
+        // prefetchers follow: the row's values and index bytes two pieces ahead are requested here.
+        const int64_t ahead = s0 + 2 * piece_slots;
+        if (ahead < slots_per_row) {
+          const float* pv = dy.values.data() + o * slots_per_row + ahead;
+          const int64_t count = std::min(piece_slots, slots_per_row - ahead);
+          for (int64_t k = 0; k < count; k += 16) __builtin_prefetch(pv + k);
+          __builtin_prefetch(da.indices + ahead * da.bits / 8);
+        }
         NMS_CHECK(decode(da, piece_values[l], piece_offsets[l]), "nm_wgrad: dY column ", o,
                   " has an index >= m (", m, ") in tokens [", s0 / n * m, ", ",
                   (s0 + slots) / n * m, ")");
       }
-      for (int s = 0; s < slots; ++s) {
-        float* v = out_values + (s0 + s) * kLaneRows;
-        int32_t* x = out_lanes + (s0 + s) * kLaneRows;
-        for (int64_t l = 0; l < real; ++l) {
-          v[l] = piece_values[l][s];
-          x[l] = (piece_offsets[l][s] >> kOffsetShift) % static_cast<int32_t>(kLaneChunk);
-        }
-        for (int64_t l = real; l < kLaneRows; ++l) {  // padding rows
-          v[l] = 0.0f;
-          x[l] = 0;
-        }
-      }
+      write_piece(piece_values[0], piece_offsets[0], slots, out_values + s0 * kLaneRows,
+                  out_lanes + s0 * kLaneRows);
     }
     std::fill(out_values + slots_per_row * kLaneRows, out_values + slots_total * kLaneRows, 0.0f);
     std::fill(out_lanes + slots_per_row * kLaneRows, out_lanes + slots_total * kLaneRows, 0);

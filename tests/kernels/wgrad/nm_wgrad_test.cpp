@@ -9,6 +9,7 @@
 // reference adds a negligible 2^-53 relative error on top.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "kernels/wgrad/wgrad_kernels.h"
+#include "nmsparse/core/aligned_buffer.h"
 #include "nmsparse/core/isa.h"
 #include "nmsparse/core/rng.h"
 #include "nmsparse/core/threading.h"
@@ -306,6 +308,50 @@ TEST(NmWgrad, DecodersAgree) {
       }
     }
   }
+}
+
+TEST(NmWgrad, LanePieceWritersAgree) {
+  // The AVX-512 writer of the permute route's lane pieces (16 x 16 transposes) against the scalar
+  // one: every slot count from 1 to 64 (partial 16-slot steps), values with sign bits and NaN
+  // payloads (moved as bits), offsets of every token of the 64-token piece; outputs past the
+  // piece's slots are left as they were.
+  if (isa_supported() < Isa::kAvx512) GTEST_SKIP() << "no AVX-512";
+  constexpr int kRows = detail::kWgradLaneRows;
+  constexpr int kSlots = detail::kWgradMaxBlockSlots;
+  const CounterRng rng(78, 0);
+  std::vector<float> vals(kRows * kSlots);
+  std::vector<int32_t> offs(kRows * kSlots);
+  for (int k = 0; k < kRows * kSlots; ++k) {
+    const uint32_t bits = rng.word(static_cast<uint64_t>(k));
+    std::memcpy(&vals[static_cast<size_t>(k)], &bits, sizeof(bits));
+    offs[static_cast<size_t>(k)] = static_cast<int32_t>(bits % kSlots) * detail::kWgradPanelBytes;
+  }
+  // Outputs 64-byte aligned (the writer streams whole lines), one slot row longer than a piece.
+  const int64_t out_size = kRows * (kSlots + 1);
+  const auto run = [&](detail::WgradLanePieceFn write, int slots, AlignedBuffer<float>& v,
+                       AlignedBuffer<int32_t>& l) {
+    v.resize_for_overwrite(out_size);
+    l.resize_for_overwrite(out_size);
+    std::fill(v.begin(), v.begin() + out_size, 7.0f);
+    std::fill(l.begin(), l.begin() + out_size, -1);
+    write(vals.data(), offs.data(), slots, v.data(), l.data());
+  };
+  AlignedBuffer<float> v1, v2;
+  AlignedBuffer<int32_t> l1, l2;
+  for (int slots = 1; slots <= kSlots; ++slots) {
+    run(detail::wgrad_lane_piece_scalar, slots, v1, l1);
+    run(detail::wgrad_lane_piece_avx512, slots, v2, l2);
+    SCOPED_TRACE("slots " + std::to_string(slots));
+    ASSERT_EQ(std::memcmp(v1.data(), v2.data(), out_size * sizeof(float)), 0);
+    ASSERT_EQ(std::memcmp(l1.data(), l2.data(), out_size * sizeof(int32_t)), 0);
+    EXPECT_EQ(v1[slots * kRows], 7.0f);
+    EXPECT_EQ(l1[slots * kRows], -1);
+  }
+  // One element by hand: row 3, slot 5, token 37 of the piece -> lane 37 % 16 = 5.
+  offs[3 * kSlots + 5] = 37 * detail::kWgradPanelBytes;
+  run(detail::wgrad_lane_piece_avx512, kSlots, v2, l2);
+  EXPECT_EQ(l2[5 * kRows + 3], 5);
+  EXPECT_EQ(std::memcmp(&v2[5 * kRows + 3], &vals[3 * kSlots + 5], sizeof(float)), 0);
 }
 
 // The fused SR-STE decay: dw = λ (1 − M) ⊙ W + dYᵀ X, each element's chain of multiply-adds
