@@ -131,7 +131,7 @@ void wgrad_lane_piece_avx512(const float* vals, const int32_t* offs, int slots, 
   for (int s0 = 0; s0 < slots; s0 += 16) {
     const int count = slots - s0 < 16 ? slots - s0 : 16;
     const auto k = static_cast<__mmask16>(count == 16 ? 0xFFFFu : (1u << count) - 1u);
-    for (int h = 0; h < kWgradLaneRows / 16; ++h) {  // rows 16h .. 16h + 15
+    for (int h = 0; h < kLaneRows / 16; ++h) {  // rows 16h .. 16h + 15
       __m512 v[16];
       __m512 o[16];
       for (int i = 0; i < 16; ++i) {
@@ -143,7 +143,7 @@ void wgrad_lane_piece_avx512(const float* vals, const int32_t* offs, int slots, 
       transpose16(v);
       transpose16(o);
       for (int s = 0; s < count; ++s) {
-        const int64_t at = static_cast<int64_t>(s0 + s) * kWgradLaneRows + 16 * h;
+        const int64_t at = static_cast<int64_t>(s0 + s) * kLaneRows + 16 * h;
         _mm512_stream_ps(out_values + at, v[s]);
         _mm512_stream_ps(reinterpret_cast<float*>(out_lanes + at), o[s]);
       }

@@ -30,9 +30,10 @@ bool wgrad_decode_scalar(const WgradDecodeArgs& a, float* vals, int32_t* offs) {
 void wgrad_lane_piece_scalar(const float* vals, const int32_t* offs, int slots, float* out_values,
                              int32_t* out_lanes) {
   for (int s = 0; s < slots; ++s) {
-    for (int l = 0; l < kWgradLaneRows; ++l) {
-      out_values[s * kWgradLaneRows + l] = vals[l * kWgradMaxBlockSlots + s];
-      out_lanes[s * kWgradLaneRows + l] = offs[l * kWgradMaxBlockSlots + s] / kWgradPanelBytes % 16;
+    for (int l = 0; l < kLaneRows; ++l) {
+      out_values[s * kLaneRows + l] = vals[l * kWgradMaxBlockSlots + s];
+      out_lanes[s * kLaneRows + l] =
+          static_cast<int32_t>(offs[l * kWgradMaxBlockSlots + s] / kWgradPanelBytes % kLaneChunk);
     }
   }
 }

@@ -16,6 +16,8 @@
 
 #include <cstdint>
 
+#include "kernels/nm_gemm_lanes_layout.h"
+
 namespace nms::detail {
 
 inline constexpr int kWgradRowTile = 3;  // RR: rows of dYᵀ per micro-tile
@@ -45,12 +47,11 @@ bool wgrad_decode_scalar(const WgradDecodeArgs& a, float* vals, int32_t* offs);
 bool wgrad_decode_avx512(const WgradDecodeArgs& a, float* vals, int32_t* offs);
 
 // One piece of the permute route's lane form of dYᵀ (wgrad_lanes.cpp): the decoded values and
-// offsets of 32 rows (vals / offs: [kWgradLaneRows][kWgradMaxBlockSlots], row l from
+// offsets of kLaneRows (32) rows (vals / offs: [kLaneRows][kWgradMaxBlockSlots], row l from
 // l · kWgradMaxBlockSlots; only slots [0, slots) are read) written slot-major:
-// out_values[s · 32 + l] = vals[l][s], out_lanes[s · 32 + l] = (offs[l][s] / kWgradPanelBytes) % 16
-// (the slot's token inside its 16-token chunk). 1 <= slots <= kWgradMaxBlockSlots; out_values and
-// out_lanes 64-byte aligned (the AVX-512 writer streams whole cache lines).
-inline constexpr int kWgradLaneRows = 32;  // = kLaneRows (nm_gemm_lanes_layout.h)
+// out_values[s · 32 + l] = vals[l][s], out_lanes[s · 32 + l] = (offs[l][s] / kWgradPanelBytes) %
+// kLaneChunk (the slot's token inside its 16-token chunk). 1 <= slots <= kWgradMaxBlockSlots;
+// out_values and out_lanes 64-byte aligned (the AVX-512 writer streams whole cache lines).
 using WgradLanePieceFn = void (*)(const float* vals, const int32_t* offs, int slots,
                                   float* out_values, int32_t* out_lanes);
 void wgrad_lane_piece_scalar(const float* vals, const int32_t* offs, int slots, float* out_values,

@@ -37,7 +37,6 @@ void wgrad_lanes_from_compressed(const CompressedNm& dy, AlignedBuffer<float>& v
   const WgradDecodeFn decode = wgrad_decode_scalar;
   const WgradLanePieceFn write_piece = wgrad_lane_piece_scalar;
 #endif
-  static_assert(kWgradLaneRows == kLaneRows);
 
   parallel_for(lay.blocks, [&](int64_t b) {
     alignas(64) float piece_values[kLaneRows][kWgradMaxBlockSlots];

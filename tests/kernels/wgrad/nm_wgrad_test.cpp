@@ -316,7 +316,7 @@ TEST(NmWgrad, LanePieceWritersAgree) {
   // payloads (moved as bits), offsets of every token of the 64-token piece; outputs past the
   // piece's slots are left as they were.
   if (isa_supported() < Isa::kAvx512) GTEST_SKIP() << "no AVX-512";
-  constexpr int kRows = detail::kWgradLaneRows;
+  constexpr int kRows = detail::kLaneRows;
   constexpr int kSlots = detail::kWgradMaxBlockSlots;
   const CounterRng rng(78, 0);
   std::vector<float> vals(kRows * kSlots);
