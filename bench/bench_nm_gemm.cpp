@@ -35,9 +35,11 @@ struct Shape {
   int64_t tokens, in, out;
 };
 // The tuned transformer shapes, then training-layer shapes whose packed operand does not fit the
-// caches (4096 -> 4096 at 2:4: 64 MB; nm_gemm.h's row chunks x panel groups).
+// caches (4096 -> 4096 at 2:4: 64 MB; nm_gemm.h's row chunks x panel groups), then the vision
+// transformer's MLP layers (width 192, 50 tokens x 128 images): a short reduction dimension.
 const Shape kShapes[] = {{8192, 768, 3072}, {8192, 3072, 768},  {2048, 2048, 2048},
-                         {512, 4096, 4096}, {2048, 1024, 1024}, {512, 784, 4096}};
+                         {512, 4096, 4096}, {2048, 1024, 1024}, {512, 784, 4096},
+                         {6400, 192, 768},  {6400, 768, 192}};
 
 // args: gemm (0 forward, 1 backward-data), pattern, shape, threads.
 void BM_NmGemm(benchmark::State& state) {
@@ -111,9 +113,9 @@ void BM_NmGemm(benchmark::State& state) {
 
 void Args(benchmark::internal::Benchmark* b) {
   for (int threads : {1, 2}) {
-    for (int shape = 0; shape < 6; ++shape) b->Args({0, 0, shape, threads});
+    for (int shape = 0; shape < 8; ++shape) b->Args({0, 0, shape, threads});
     for (int pattern = 1; pattern < 5; ++pattern) b->Args({0, pattern, 0, threads});
-    for (int shape : {0, 1, 3, 5}) b->Args({1, 0, shape, threads});
+    for (int shape : {0, 1, 3, 5, 6, 7}) b->Args({1, 0, shape, threads});
   }
 }
 BENCHMARK(BM_NmGemm)->Apply(Args)->UseManualTime()->Unit(benchmark::kMillisecond);

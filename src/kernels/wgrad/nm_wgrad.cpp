@@ -139,18 +139,17 @@ void wgrad_permute(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw, N
   args.y = dw.data();
   args.ldy = dw.ld();
   args.y_transposed = true;
-  // The hybrid kernel's panels of the product's X (= Xᵀ): 32 in features of X per panel, T rows.
-  const int64_t panels = (in + detail::kLanePanel - 1) / detail::kLanePanel;
+  // The hybrid kernel's panels of the product's X (= Xᵀ): per full super-tile of 128 in features,
+  // its 32 load-fed ones (columns 96..127 of the super-tile's block of X), T rows.
+  const int64_t panels = in / detail::kLaneHybridTokens;
   const int64_t panel_floats = tokens * detail::kLanePanel;
   const int64_t panels_need = detail::mul_checked(panels, panel_floats, "nm_wgrad X panels");
   if (w.x_panels.size() < panels_need) w.x_panels.resize_for_overwrite(panels_need);
   detail::parallel_for(panels, [&](int64_t p) {
-    const int64_t c = p * detail::kLanePanel;
-    const int64_t width = std::min<int64_t>(detail::kLanePanel, in - c);
+    const int64_t c = p * detail::kLaneHybridTokens + detail::kLaneHybridLoadFirst;
     float* dst = w.x_panels.data() + p * panel_floats;
     for (int64_t t = 0; t < tokens; ++t, dst += detail::kLanePanel) {
-      std::memcpy(dst, x.row(t) + c, static_cast<size_t>(width) * sizeof(float));
-      std::fill(dst + width, dst + detail::kLanePanel, 0.0f);
+      std::memcpy(dst, x.row(t) + c, detail::kLanePanel * sizeof(float));
     }
   });
   args.x_panels = w.x_panels.data();
