@@ -39,10 +39,12 @@ struct Shape {
   int64_t tokens, in, out;
 };
 // out x in at T: 3072x768 and 768x3072 at T = 8192, 2048x2048 at T = 2048; the hidden layers of
-// the training benchmark's MLP (784-4096-4096-10, batch 512).
-const Shape kShapes[] = {
-    {8192, 768, 3072}, {8192, 3072, 768}, {2048, 2048, 2048}, {512, 4096, 4096}, {512, 784, 4096}};
-constexpr int kShapeCount = 5;
+// the training benchmark's MLP (784-4096-4096-10, batch 512); the vision transformer's MLP layers
+// (width 192, 50 tokens x 128 images).
+const Shape kShapes[] = {{8192, 768, 3072}, {8192, 3072, 768}, {2048, 2048, 2048},
+                         {512, 4096, 4096}, {512, 784, 4096},  {6400, 192, 768},
+                         {6400, 768, 192}};
+constexpr int kShapeCount = 7;
 
 // args: pattern, shape, threads, kernel.
 void BM_NmWgrad(benchmark::State& state) {
