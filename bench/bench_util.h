@@ -2,8 +2,10 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <thread>
 #include <vector>
 
 #include "nmsparse/core/aligned_buffer.h"
@@ -22,6 +24,14 @@ inline Matrix uniform_matrix(int64_t rows, int64_t cols, uint64_t seed) {
 inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// Between the timed calls of a pair, with more than one thread: OpenBLAS's pthread workers spin
+// for 2^28 cycles (about 70 ms here) after each call, and our kernel timed right after sgemm shared
+// a core with one (2 threads, forward 2:4 T 8192 x 768 -> 3072: 164.8 ms back to back, 119.0 with
+// OPENBLAS_THREAD_TIMEOUT=4; the nmsparse bench kernels command pauses the same way).
+inline void settle(int threads) {
+  if (threads > 1) std::this_thread::sleep_for(std::chrono::milliseconds(150));
 }
 
 // max |got - ref| / max |ref| over all elements.

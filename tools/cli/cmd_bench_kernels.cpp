@@ -10,6 +10,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli_common.h"
@@ -213,21 +214,34 @@ struct Result {
   double error = 0.0;
 };
 
+// With more than one thread, a pause after each timed call: OpenBLAS's pthread workers spin for
+// 2^28 cycles (about 70 ms here; OPENBLAS_THREAD_TIMEOUT, read only at library load) after each
+// call, and timed right after sgemm our second thread shared its core with a spinning worker.
+// Measured, 2 threads, forward 2:4 T 8192 x 768 -> 3072 (`bench_nm_gemm`): 164.8 ms back to back,
+// 119.0 ms with OPENBLAS_THREAD_TIMEOUT=4, against 240 ms on one thread.
+void settle(int threads) {
+  if (threads > 1) std::this_thread::sleep_for(std::chrono::milliseconds(150));
+}
+
 template <class Dense, class Sparse>
 Result time_pair(const std::string& name, int repeats, Dense dense, Sparse sparse) {
   using clock = std::chrono::steady_clock;
+  const int threads = max_threads();
   dense();  // warm: buffers touched, libraries initialised
   sparse();
   std::vector<double> td;
   std::vector<double> ts;
   for (int r = 0; r < repeats; ++r) {
+    settle(threads);
     const auto t0 = clock::now();
     dense();
     const auto t1 = clock::now();
-    sparse();
+    settle(threads);
     const auto t2 = clock::now();
+    sparse();
+    const auto t3 = clock::now();
     td.push_back(std::chrono::duration<double>(t1 - t0).count());
-    ts.push_back(std::chrono::duration<double>(t2 - t1).count());
+    ts.push_back(std::chrono::duration<double>(t3 - t2).count());
   }
   return {name, median(td), median(ts), 0.0};
 }
