@@ -24,6 +24,7 @@
 
 #include "bench_util.h"
 #include "nmsparse/core/isa.h"
+#include "nmsparse/core/threading.h"
 #include "nmsparse/torch/models.h"
 #include "nmsparse/torch/recipe.h"
 #include "nmsparse/torch/sparse_linear.h"
@@ -108,6 +109,7 @@ double train_step(Net& net, const torch::Tensor& x, const torch::Tensor& y) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  nms::reexec_with_thread_runtime_env(argv);  // both networks' runtimes, on 2+ threads
   std::string model = "mlp";
   int64_t hidden = 4096;
   int64_t batch = 512;

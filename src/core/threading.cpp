@@ -1,6 +1,13 @@
 #include "nmsparse/core/threading.h"
 
+#include <cstdio>
+#include <cstdlib>
+
 #include "nmsparse/core/error.h"
+
+#if defined(__linux__)
+#include <unistd.h>
+#endif
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -20,6 +27,24 @@ void set_num_threads(int n) {
   NMS_CHECK(n >= 1, "thread count (", n, ") must be at least 1");
 #ifdef _OPENMP
   omp_set_num_threads(n);
+#endif
+}
+
+void reexec_with_thread_runtime_env(char** argv) {
+#if defined(__linux__)
+  if (argv == nullptr || std::getenv("NMSPARSE_RUNTIME_ENV") != nullptr) return;
+  bool changed = false;
+  if (std::getenv("OPENBLAS_THREAD_TIMEOUT") == nullptr) {
+    changed = setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1) == 0 || changed;
+  }
+  if (std::getenv("GOMP_SPINCOUNT") == nullptr && std::getenv("OMP_WAIT_POLICY") == nullptr) {
+    changed = setenv("GOMP_SPINCOUNT", "10000", 1) == 0 || changed;
+  }
+  if (setenv("NMSPARSE_RUNTIME_ENV", "1", 1) != 0 || !changed) return;
+  std::fflush(nullptr);
+  execv("/proc/self/exe", argv);  // returns only on failure: go on with the defaults
+#else
+  (void)argv;
 #endif
 }
 

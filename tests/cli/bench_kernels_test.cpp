@@ -2,6 +2,7 @@
 // shapes, one repeat).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -31,6 +32,12 @@ TEST_F(BenchKernelsCli, JsonReportHasEveryGemmAndSmallErrors) {
   EXPECT_TRUE(j["environment"].contains("isa"));
   EXPECT_TRUE(j["environment"].contains("nm_gemm_kernel"));
   EXPECT_TRUE(j["environment"].contains("blas"));
+  // `bench` starts with the thread-runtime settings (nms::reexec_with_thread_runtime_env) unless
+  // the caller chose its own.
+  if (std::getenv("NMSPARSE_RUNTIME_ENV") == nullptr &&
+      std::getenv("OPENBLAS_THREAD_TIMEOUT") == nullptr) {
+    EXPECT_EQ(j["environment"]["thread_runtime"]["OPENBLAS_THREAD_TIMEOUT"], "4") << j.dump();
+  }
   ASSERT_EQ(j["results"].size(), 2u * 2u * 4u);  // shapes x patterns x gemms
   for (const auto& res : j["results"]) {
     EXPECT_GT(res["dense_ms"].get<double>(), 0.0);

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -223,6 +224,17 @@ void settle(int threads) {
   if (threads > 1) std::this_thread::sleep_for(std::chrono::milliseconds(150));
 }
 
+// The runtime settings this process started with (main re-executes `bench` with
+// nms::reexec_with_thread_runtime_env): null where unset.
+nlohmann::json thread_runtime_env() {
+  nlohmann::json env = nlohmann::json::object();
+  for (const char* name : {"OPENBLAS_THREAD_TIMEOUT", "GOMP_SPINCOUNT", "OMP_WAIT_POLICY"}) {
+    const char* value = std::getenv(name);
+    env[name] = value != nullptr ? nlohmann::json(value) : nlohmann::json(nullptr);
+  }
+  return env;
+}
+
 template <class Dense, class Sparse>
 Result time_pair(const std::string& name, int repeats, Dense dense, Sparse sparse) {
   using clock = std::chrono::steady_clock;
@@ -360,7 +372,8 @@ int run_bench_kernels(const KernelBenchOptions& o) {
 #ifdef __VERSION__
       {"compiler", std::string("g++ ") + __VERSION__},
 #endif
-      {"blas", std::string("OpenBLAS ") + openblas_get_config()}};
+      {"blas", std::string("OpenBLAS ") + openblas_get_config()},
+      {"thread_runtime", thread_runtime_env()}};
   if (human) {
     std::printf(
         "nmsparse kernels vs OpenBLAS sgemm on the masked dense matrices; %d thread%s, "

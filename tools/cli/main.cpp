@@ -9,6 +9,7 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "nmsparse/core/error.h"
+#include "nmsparse/core/threading.h"
 #include "nmsparse/io/atomic_file.h"
 
 namespace {
@@ -51,6 +52,11 @@ void nms::cli::add_prune_command(CLI::App& app, int& exit_code) {
 #endif
 
 int main(int argc, char** argv) {
+  // Training and benchmarks mix our OpenMP regions with OpenBLAS and LibTorch on several threads:
+  // start them with runtime settings that keep each from spinning on the others' cores.
+  if (argc > 1 && (std::string(argv[1]) == "train" || std::string(argv[1]) == "bench")) {
+    nms::reexec_with_thread_runtime_env(argv);
+  }
   CLI::App app{
       "nmsparse: N:M sparse masks, verification and compressed formats for neural-network "
       "weights.\n"
