@@ -35,12 +35,13 @@ void reexec_with_thread_runtime_env(char** argv) {
   if (argv == nullptr || std::getenv("NMSPARSE_RUNTIME_ENV") != nullptr) return;
   bool changed = false;
   if (std::getenv("OPENBLAS_THREAD_TIMEOUT") == nullptr) {
-    changed = setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1) == 0 || changed;
+    changed = setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1) == 0;
   }
   if (std::getenv("GOMP_SPINCOUNT") == nullptr && std::getenv("OMP_WAIT_POLICY") == nullptr) {
     changed = setenv("GOMP_SPINCOUNT", "10000", 1) == 0 || changed;
   }
-  if (setenv("NMSPARSE_RUNTIME_ENV", "1", 1) != 0 || !changed) return;
+  // The marker makes the re-executed program return here at once.
+  if (!changed || setenv("NMSPARSE_RUNTIME_ENV", "1", 1) != 0) return;
   std::fflush(nullptr);
   execv("/proc/self/exe", argv);  // returns only on failure: go on with the defaults
 #else

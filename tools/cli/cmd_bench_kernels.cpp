@@ -215,11 +215,9 @@ struct Result {
   double error = 0.0;
 };
 
-// With more than one thread, a pause after each timed call: OpenBLAS's pthread workers spin for
-// 2^28 cycles (about 70 ms here; OPENBLAS_THREAD_TIMEOUT, read only at library load) after each
-// call, and timed right after sgemm our second thread shared its core with a spinning worker.
-// Measured, 2 threads, forward 2:4 T 8192 x 768 -> 3072 (`bench_nm_gemm`): 164.8 ms back to back,
-// 119.0 ms with OPENBLAS_THREAD_TIMEOUT=4, against 240 ms on one thread.
+// With more than one thread, a pause before each timed call, so that neither side is timed while
+// the other's idle workers still spin (OpenBLAS's for about 70 ms after each call unless
+// OPENBLAS_THREAD_TIMEOUT is small; bench/bench_util.h has the measurement).
 void settle(int threads) {
   if (threads > 1) std::this_thread::sleep_for(std::chrono::milliseconds(150));
 }
