@@ -27,9 +27,10 @@ inline double median(std::vector<double> v) {
 }
 
 // Between the timed calls of a pair, with more than one thread: OpenBLAS's pthread workers spin
-// for 2^28 cycles (about 70 ms here) after each call, and our kernel timed right after sgemm shared
-// a core with one (2 threads, forward 2:4 T 8192 x 768 -> 3072: 164.8 ms back to back, 119.0 with
-// OPENBLAS_THREAD_TIMEOUT=4; the nmsparse bench kernels command pauses the same way).
+// for about 100 ms after each call (measured here: one core busy 100-110 ms after a 2-thread
+// sgemm), and our kernel timed right after sgemm shared a core with one (2 threads, forward 2:4 T
+// 8192 x 768 -> 3072: 164.8 ms back to back, 119.0 with OPENBLAS_THREAD_TIMEOUT=4; the nmsparse
+// bench kernels command pauses the same way).
 inline void settle(int threads) {
   if (threads > 1) std::this_thread::sleep_for(std::chrono::milliseconds(150));
 }

@@ -216,7 +216,7 @@ struct Result {
 };
 
 // With more than one thread, a pause before each timed call, so that neither side is timed while
-// the other's idle workers still spin (OpenBLAS's for about 70 ms after each call unless
+// the other's idle workers still spin (OpenBLAS's for about 100 ms after each call unless
 // OPENBLAS_THREAD_TIMEOUT is small; bench/bench_util.h has the measurement).
 void settle(int threads) {
   if (threads > 1) std::this_thread::sleep_for(std::chrono::milliseconds(150));

@@ -27,7 +27,7 @@ class ScopedNumThreads {
 // neither (nor OMP_WAIT_POLICY), marked by NMSPARSE_RUNTIME_ENV=1; returns when no re-execution is
 // needed, when NMSPARSE_RUNTIME_ENV is already set (set it to anything to opt out), or when exec
 // fails. Both runtimes read these variables only when they load. With their defaults, OpenBLAS's
-// workers spin about 70 ms after each call and libgomp's threads spin after each region, each
+// workers spin about 100 ms after each call and libgomp's threads spin after each region, each
 // taking the other's cores: a dense vision-transformer step on 2 threads took 886 ms by default
 // and 506-607 ms with these settings (`bench_train_step --model vit --threads 2`, Zen 4).
 void reexec_with_thread_runtime_env(char** argv);
