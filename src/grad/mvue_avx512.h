@@ -6,8 +6,9 @@
 // is word gid % 4 of Philox4x32-10 block gid / 4 (CounterRng::word). Philox runs on 16 blocks at
 // once (64 groups per call). Neither kernel validates shapes: the driver (prune.cpp) does.
 //
-// Throughput, 8192 x 3072 fp32 gradient, one thread, measured against the SSE2 kernel in one
-// process (bench_grad): see prune.cpp's dispatch comment.
+// Throughput, 8192 x 3072 fp32 gradient, one thread, Zen 4 (bench_grad --benchmark_min_time=1,
+// 2026-12-06): compressed output 16.6 ms along rows and 21.2 ms along columns, dense output 14.7
+// and 20.0 ms; a memcpy of the matrix takes 7.4-8.1 ms, the SSE2 kernels 1.2-3.7x longer.
 #pragma once
 
 #include <cstdint>
