@@ -311,9 +311,9 @@ bool mvue24_rows_avx512(const float* src, int64_t groups, uint64_t gid0, const M
 }
 
 bool mvue24_cols_avx512(const float* src, int64_t ld, int64_t group_rows, int64_t blocks,
-                        int64_t cols, int64_t col0, const Mvue24Key& key, float* dense,
-                        int64_t dense_ld, float* values, int64_t value_ld, uint8_t* indices,
-                        int64_t index_ld) {
+                        int64_t cols, int64_t row0, int64_t col0, const Mvue24Key& key,
+                        float* dense, int64_t dense_ld, float* values, int64_t value_ld,
+                        uint8_t* indices, int64_t index_ld) {
   __m512i worst = _mm512_setzero_si512();
   const PhiloxRounds rounds = philox_rounds(key);
   // Philox lane 4j + q: the block of group row kk0 + j, columns 4q .. 4q + 3 of the 16.
@@ -350,7 +350,7 @@ bool mvue24_cols_avx512(const float* src, int64_t ld, int64_t group_rows, int64_
         constexpr int K = decltype(k_blocks)::value;
         uint64_t first[K];
         for (int k = 0; k < K; ++k)
-          first[k] = static_cast<uint64_t>(kk0 * cols + col0 + 16 * (blk0 + k)) >> 2;
+          first[k] = static_cast<uint64_t>((row0 + kk0) * cols + col0 + 16 * (blk0 + k)) >> 2;
         __m512i w[K][4];
         philox16<K>(first, block_lo, block_hi, rounds, w);
         for (int k = 0; k < K; ++k) interleave4(w[k], uw[blk0 + k]);

@@ -30,15 +30,17 @@ bool mvue24_rows_avx512(const float* src, int64_t groups, uint64_t gid0, const M
 
 // Groups along columns, for 16 * blocks columns starting at src (blocks <= kColsMaxBlocks): group
 // kk is rows 4kk .. 4kk + 3 (row stride ld floats) of each column, kk in [0, group_rows); column l
-// has id kk * cols + col0 + l (cols % 4 == 0, col0 % 4 == 0). Dense: writes the same positions of
+// has id (row0 + kk) * cols + col0 + l (cols % 4 == 0, col0 % 4 == 0; row0 % 8 == 0: src, dense,
+// values and indices then point at group row row0 of a larger matrix, whose index bytes are
+// not shared with the rows before it). Dense: writes the same positions of
 // `dense` (row stride dense_ld). Compressed (dense == nullptr): column l's values go to
 // values + l * value_ld (2 per group, group kk at 2 kk) and its index nibbles to
 // indices + l * index_ld (group kk in byte kk / 2, low nibble for even kk). Returns false as above.
 constexpr int64_t kColsMaxBlocks = 32;  // blocks per mvue24_cols_avx512 call (512 columns)
 bool mvue24_cols_avx512(const float* src, int64_t ld, int64_t group_rows, int64_t blocks,
-                        int64_t cols, int64_t col0, const Mvue24Key& key, float* dense,
-                        int64_t dense_ld, float* values, int64_t value_ld, uint8_t* indices,
-                        int64_t index_ld);
+                        int64_t cols, int64_t row0, int64_t col0, const Mvue24Key& key,
+                        float* dense, int64_t dense_ld, float* values, int64_t value_ld,
+                        uint8_t* indices, int64_t index_ld);
 
 }  // namespace nms::detail
 

@@ -192,6 +192,24 @@ TEST(GradPrune, SameResultForOneAndTwoThreads) {
   }
 }
 
+TEST(GradPrune, ColumnKernelSplitsRowsForThreads) {
+  // Fewer 512-column strips than threads: the AVX-512 2:4 column kernel also splits the group
+  // rows (8-row units). 67 group rows (not a multiple of 8), a full strip and one of 68 columns
+  // (4 blocks and a scalar tail of 4), 2 and 3 threads; and a single narrow strip (192 columns).
+  for (const int64_t cols : {int64_t{580}, int64_t{192}}) {
+    const Matrix g = make_input(2, 4 * 67, cols, 31);
+    const GradPruneOptions o{GradMethod::kMvue, {2, 4}, NmAxis::kCols, 12, 34};
+    const Matrix ref = detail::grad_prune_reference(g.view(), o);
+    const CompressedNm ref_c = nm_compress(ref.view(), o.pattern, o.axis);
+    for (int threads : {2, 3}) {
+      SCOPED_TRACE(std::to_string(cols) + " columns, " + std::to_string(threads) + " threads");
+      ScopedNumThreads t(threads);
+      ASSERT_TRUE(same_bits(ref, grad_prune(g.view(), o)));
+      ASSERT_TRUE(same_compressed(ref_c, grad_prune_compressed(g.view(), o)));
+    }
+  }
+}
+
 TEST(GradPrune, CompressedIntoReusesBuffers) {
   const Matrix g = make_input(0, 64, 128, 3);
   GradPruneOptions o;
