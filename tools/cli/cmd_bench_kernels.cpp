@@ -215,11 +215,13 @@ struct Result {
   double error = 0.0;
 };
 
-// With more than one thread, a pause before each timed call, so that neither side is timed while
-// the other's idle workers still spin (OpenBLAS's for about 100 ms after each call unless
-// OPENBLAS_THREAD_TIMEOUT is small; bench/bench_util.h has the measurement).
+// With more than one thread and OPENBLAS_THREAD_TIMEOUT unset (the runtime re-execution was opted
+// out of), a pause before each timed call, so that neither side is timed while OpenBLAS's idle
+// workers still spin (about 100 ms after each call). bench/bench_util.h has the measurements, and
+// why the pause is skipped otherwise.
 void settle(int threads) {
-  if (threads > 1) std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  static const bool blas_spins = std::getenv("OPENBLAS_THREAD_TIMEOUT") == nullptr;
+  if (threads > 1 && blas_spins) std::this_thread::sleep_for(std::chrono::milliseconds(150));
 }
 
 // The runtime settings this process started with (main re-executes `bench` with
