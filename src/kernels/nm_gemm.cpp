@@ -10,6 +10,7 @@
 #include "core/parallel.h"
 #include "core/views_overlap.h"
 #include "kernels/nm_gemm_avx512.h"
+#include "kernels/nm_gemm_bias.h"
 #include "kernels/nm_gemm_lanes.h"
 #include "kernels/nm_gemm_layout.h"
 #include "nmsparse/core/error.h"
@@ -21,7 +22,7 @@ namespace {
 
 // Row t of Y: y(t, r) = fma chain over the kept slots of row r of A, in order, from 0.
 void row_scalar(ConstMatrixViewF x, const NmGemmOperand& a, const detail::NmGemmLayout& lay,
-                MatrixViewF y, int64_t t) {
+                MatrixViewF y, const float* bias, int64_t t) {
   const float* xr = x.row(t);
   for (int64_t r = 0; r < a.rows; ++r) {
     const int64_t tile = r / kNmGemmTileRows;
@@ -36,6 +37,7 @@ void row_scalar(ConstMatrixViewF x, const NmGemmOperand& a, const detail::NmGemm
     }
     y(t, r) = acc;
   }
+  detail::add_bias(y.data(), y.ld(), t, t + 1, 0, a.rows, bias);
 }
 
 // The blocking of a call with `tokens` rows of X on `threads` threads; tokens < 0: of the largest
@@ -108,6 +110,10 @@ void nm_gemm_simd(const NmGemmArgs& args, int64_t tokens, bool avx512) {
     } else {
       nm_gemm_avx2_block(args, tile0, tile1, t0, count, xt, scratch.data());
     }
+    if (!args.transposed) {
+      add_bias(args.y, args.ldy, t0, t0 + count, tile0 * kNmGemmTileRows,
+               std::min(args.rows, tile1 * kNmGemmTileRows), args.bias);
+    }
   };
   if (k.own_pack) {  // one row chunk: each item packs its panels, a depth block at a time
     const int64_t groups =
@@ -165,12 +171,17 @@ int64_t nm_gemm_scratch_bytes(const NmGemmOperand& a) {
 namespace {
 
 // Every check of nm_gemm's boundary (throws nms::Error naming the value).
-void validate_nm_gemm(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y) {
+void validate_nm_gemm(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y,
+                      const float* bias) {
   NMS_CHECK(x.cols() == a.depth, "nm_gemm: x has ", x.cols(), " columns, the operand's depth is ",
             a.depth);
   NMS_CHECK(y.rows() == x.rows() && y.cols() == a.rows, "nm_gemm: y is ", y.rows(), " x ", y.cols(),
             ", expected ", x.rows(), " x ", a.rows);
   NMS_CHECK(!detail::views_overlap(x, y), "nm_gemm: y overlaps x");
+  if (bias != nullptr && a.rows > 0 && y.rows() > 0) {
+    NMS_CHECK(!detail::views_overlap(ConstMatrixViewF(bias, 1, a.rows, a.rows), y),
+              "nm_gemm: the bias lies inside y");
+  }
   if (a.lane_values.size() > 0) {  // packed for the permute kernel (nm_gemm_lanes.h)
     const detail::NmGemmLaneLayout lanes(a.rows, a.depth, a.pattern.n, a.pattern.m);
     NMS_CHECK(a.lane_values.size() == lanes.total() && a.lane_index.size() == lanes.total(),
@@ -188,25 +199,26 @@ void validate_nm_gemm(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y)
 
 }  // namespace
 
-std::string nm_gemm_check(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y) {
+std::string nm_gemm_check(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y,
+                          const float* bias) {
   try {
-    validate_nm_gemm(x, a, y);
+    validate_nm_gemm(x, a, y, bias);
   } catch (const Error& e) {
     return e.what();
   }
   return {};
 }
 
-void nm_gemm(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y) {
-  validate_nm_gemm(x, a, y);
+void nm_gemm(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y, const float* bias) {
+  validate_nm_gemm(x, a, y, bias);
   const detail::NmGemmLayout lay(a.rows, a.depth, a.pattern.n, a.pattern.m, a.depth_block);
   const int64_t tokens = x.rows();
   if (a.lane_values.size() > 0) {  // packed for the permute kernel (nm_gemm_lanes.h)
     if (tokens == 0 || a.rows == 0) return;
     if (isa_active() == Isa::kAvx512) {
-      detail::nm_gemm_lanes_run(x, a, y);
+      detail::nm_gemm_lanes_run(x, a, y, bias);
     } else {
-      detail::nm_gemm_lanes_scalar(x, a, y);
+      detail::nm_gemm_lanes_scalar(x, a, y, bias);
     }
     return;
   }
@@ -226,11 +238,12 @@ void nm_gemm(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y) {
     args.depth_block = a.depth_block;
     args.y = y.data();
     args.ldy = y.ld();
+    args.bias = bias;
     detail::nm_gemm_simd(args, tokens, isa == Isa::kAvx512);
     return;
   }
 #endif
-  detail::parallel_for(tokens, [&](int64_t t) { row_scalar(x, a, lay, y, t); });
+  detail::parallel_for(tokens, [&](int64_t t) { row_scalar(x, a, lay, y, bias, t); });
 }
 
 }  // namespace nms

@@ -16,6 +16,7 @@ struct NmGemmArgs {
   int64_t depth_block = 0;  // the operand's (nm_gemm_layout.h)
   float* y;                 // [tokens, rows], row stride ldy
   int64_t ldy;
+  const float* bias = nullptr;  // rows floats added by the driver (nm_gemm_bias.h); not transposed
   // The weight-gradient form (nm_wgrad): x is given as [depth, tokens] (x(t, k) at
   // x[k · ldx + t]) and y as [rows, tokens] (y(t, r) at y[r · ldy + t]), and when start_w is set
   // each output's chain starts from start_lambda · start_w(r, t) where start_keep(r, t) == 0 (the

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/parallel.h"
+#include "kernels/nm_gemm_bias.h"
 #include "kernels/nm_gemm_layout.h"
 #include "nmsparse/core/error.h"
 #include "nmsparse/core/isa.h"
@@ -156,7 +157,8 @@ void nm_gemm_lanes_from_entries(NmGemmOperand& a) {
   a.shared = AlignedBuffer<uint8_t>();
 }
 
-void nm_gemm_lanes_scalar(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y) {
+void nm_gemm_lanes_scalar(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y,
+                          const float* bias) {
   const NmGemmLaneLayout lanes(a.rows, a.depth, a.pattern.n, a.pattern.m);
   const int64_t slots = a.depth / a.pattern.m * a.pattern.n;
   parallel_for(x.rows(), [&](int64_t t) {
@@ -171,10 +173,12 @@ void nm_gemm_lanes_scalar(ConstMatrixViewF x, const NmGemmOperand& a, MatrixView
       }
       y(t, r) = acc;
     }
+    add_bias(y.data(), y.ld(), t, t + 1, 0, a.rows, bias);
   });
 }
 
-void nm_gemm_lanes_run(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y) {
+void nm_gemm_lanes_run(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y,
+                       const float* bias) {
   NmGemmLaneArgs args;
   args.x = x.data();
   args.ldx = x.ld();
@@ -186,6 +190,7 @@ void nm_gemm_lanes_run(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y
   args.m = a.pattern.m;
   args.y = y.data();
   args.ldy = y.ld();
+  args.bias = bias;
   nm_gemm_lanes_run(args, x.rows());
 }
 
@@ -204,8 +209,13 @@ void nm_gemm_lanes_run(const NmGemmLaneArgs& args, int64_t tokens) {
     const int64_t part = i % row_parts;
     const int64_t t0 = tb * block;
     const int64_t t1 = std::min(tokens, t0 + block);
-    nm_gemm_lanes_avx512(args, t0, t1, part * lay.blocks / row_parts,
-                         (part + 1) * lay.blocks / row_parts);
+    const int64_t b0 = part * lay.blocks / row_parts;
+    const int64_t b1 = (part + 1) * lay.blocks / row_parts;
+    nm_gemm_lanes_avx512(args, t0, t1, b0, b1);
+    if (!args.y_transposed) {
+      add_bias(args.y, args.ldy, t0, t1, b0 * kLaneRows, std::min(args.rows, b1 * kLaneRows),
+               args.bias);
+    }
   });
 #else
   (void)args, (void)tokens;

@@ -31,11 +31,13 @@ void nm_gemm_pack_entries_into(const CompressedNm& compressed, NmGemmOperand& ds
 
 // The lane form's scalar path (any level below AVX-512): each output the fused multiply-add chain
 // over its row's slots in order from 0, as the permute kernel computes it.
-void nm_gemm_lanes_scalar(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y);
+void nm_gemm_lanes_scalar(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y,
+                          const float* bias);
 
 // Y = X · Aᵀ on the permute kernel (an operand with the lane form, at the AVX-512 level):
 // work items of 256 tokens x a range of row blocks, over max_threads() threads.
-void nm_gemm_lanes_run(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y);
+void nm_gemm_lanes_run(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y,
+                       const float* bias);
 // The same driver on prepared arguments (the Yᵀ form of nm_wgrad); `tokens` rows of args.x.
 void nm_gemm_lanes_run(const NmGemmLaneArgs& args, int64_t tokens);
 

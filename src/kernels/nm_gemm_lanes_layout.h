@@ -61,6 +61,7 @@ struct NmGemmLaneArgs {
   int n, m;
   float* y;  // [tokens, rows], row stride ldy; [rows, tokens] when y_transposed
   int64_t ldy;
+  const float* bias = nullptr;  // rows floats added by the driver (nm_gemm_bias.h); not transposed
   // Yᵀ form (nm_wgrad's dW = Yᵀ): element (token t, row r) at y[r · ldy + t], moved through a
   // 16 x 16 in-register transpose per tile at its load and store (~128 shuffles against 8192
   // permutes and FMAs of a tile at T 512, 2:4). Only in this form, with start_w set, the first K

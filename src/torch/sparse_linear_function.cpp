@@ -304,11 +304,13 @@ torch::Tensor masked(const torch::Tensor& w, const torch::Tensor& mask) {
   return out;
 }
 
-// Y = X Aᵀ on the kernel path for a packed A.
-torch::Tensor kernel_gemm(const torch::Tensor& x, const NmGemmOperand& operand, double& gemm_slot) {
+// Y = X Aᵀ (+ bias, added by nm_gemm as it writes Y) on the kernel path for a packed A.
+torch::Tensor kernel_gemm(const torch::Tensor& x, const NmGemmOperand& operand, double& gemm_slot,
+                          const torch::Tensor& bias = {}) {
   ProfileTimer timer(gemm_slot);
   torch::Tensor y = torch::empty({x.size(0), operand.rows}, x.options());
-  nm_gemm(const_view(x), operand, mutable_view(y));
+  nm_gemm(const_view(x), operand, mutable_view(y),
+          bias.defined() ? bias.data_ptr<float>() : nullptr);
   return y;
 }
 
@@ -334,8 +336,11 @@ class SparseLinearFunction : public torch::autograd::Function<SparseLinearFuncti
         nm_gemm_pack_masked_into(const_view(w), *state->fwd_bits, config.pattern,
                                  ws.forward_operand);
       }
-      y = kernel_gemm(x, ws.forward_operand, g_profile.forward_gemm);
-      if (b.defined()) y.add_(b);
+      const bool fuse_bias =
+          b.defined() && b.scalar_type() == torch::kFloat && b.is_contiguous() && b.dim() == 1;
+      y = kernel_gemm(x, ws.forward_operand, g_profile.forward_gemm,
+                      fuse_bias ? b : torch::Tensor());
+      if (b.defined() && !fuse_bias) y.add_(b);
     }
     ctx->save_for_backward({x, w});
     ctx->saved_data["state"] = c10::IValue::make_capsule(std::move(state));

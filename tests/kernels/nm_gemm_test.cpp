@@ -105,6 +105,20 @@ void check_levels(const Case& c, ConstMatrixViewF x, const NmGemmOperand& a,
     Matrix dense_y(c.tokens, c.rows);
     for (int64_t t = 0; t < c.tokens; ++t)
       for (int64_t r = 0; r < c.rows; ++r) dense_y(t, r) = y(t, r);
+    // With a bias: each element the product plus bias[r], one rounding (the same bits as adding
+    // it afterwards), and nothing written past the rows.
+    std::vector<float> bias(static_cast<size_t>(c.rows));
+    for (int64_t r = 0; r < c.rows; ++r) bias[static_cast<size_t>(r)] = 0.25f * float(r % 7) - 0.6f;
+    for (int64_t k = 0; k < ybuf.size(); ++k) ybuf.data()[k] = -7.0f;
+    nm_gemm(x, a, y, bias.data());
+    for (int64_t t = 0; t < c.tokens; ++t) {
+      for (int64_t r = 0; r < c.rows; ++r) {
+        const float want = dense_y(t, r) + bias[static_cast<size_t>(r)];
+        ASSERT_EQ(std::memcmp(&y(t, r), &want, sizeof(float)), 0)
+            << "bias at (" << t << ", " << r << "): " << y(t, r) << " vs " << want;
+      }
+      for (int64_t r = c.rows; r < c.rows + pad; ++r) ASSERT_EQ(ybuf(t, r), -7.0f);
+    }
     if (first.size() == 0) {
       first = std::move(dense_y);
     } else {
@@ -410,6 +424,9 @@ TEST(NmGemm, Errors) {
   const ConstMatrixViewF xin(big.data(), 8, 64, 96);
   const MatrixViewF clash(big.data() + 64, 8, 32, 96);
   testing::expect_error([&] { nm_gemm(xin, a, clash); }, "overlaps");
+  Matrix y3(8, 32);
+  testing::expect_error([&] { nm_gemm(x2.view(), a, y3.view(), y3.data() + 40); },
+                        "bias lies inside y");
   NmGemmOperand empty;
   empty.rows = 32;
   empty.depth = 64;
