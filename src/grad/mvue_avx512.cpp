@@ -442,6 +442,76 @@ bool mvue24_cols_avx512(const float* src, int64_t ld, int64_t group_rows, int64_
   return finite_so_far(worst);
 }
 
+bool mvue24_lanes_avx512(const float* src, int64_t ld, int64_t group_rows, int64_t blocks,
+                         int64_t cols, int64_t row0, int64_t col0, const Mvue24Key& key,
+                         int64_t chunks, float* values, int32_t* lanes) {
+  __m512i worst = _mm512_setzero_si512();
+  const PhiloxRounds rounds = philox_rounds(key);
+  const auto quarter = static_cast<long long>(cols / 4);
+  const __m512i block_lo =
+      _mm512_set_epi64(quarter + 3, quarter + 2, quarter + 1, quarter, 3, 2, 1, 0);
+  const __m512i block_hi = _mm512_add_epi64(block_lo, _mm512_set1_epi64(2 * quarter));
+  const __m512i two_bits = _mm512_set1_epi32(3);
+  __m512i uw[kColsMaxBlocks][4];
+  // Group rows in fours (one 16-token chunk: slots 0..7 of every lane), each input row read left
+  // to right across the blocks, as in mvue24_cols_avx512; each result goes straight to its place:
+  // slot 2j and 2j + 1 of the chunk are 64-byte rows of 16 lanes, no transposes.
+  for (int64_t kk0 = 0; kk0 < group_rows; kk0 += 4) {
+    const auto draw = [&](auto k_blocks, int64_t blk0) {
+      constexpr int K = decltype(k_blocks)::value;
+      uint64_t first[K];
+      for (int k = 0; k < K; ++k)
+        first[k] = static_cast<uint64_t>((row0 + kk0) * cols + col0 + 16 * (blk0 + k)) >> 2;
+      __m512i w[K][4];
+      philox16<K>(first, block_lo, block_hi, rounds, w);
+      for (int k = 0; k < K; ++k) interleave4(w[k], uw[blk0 + k]);
+    };
+    int64_t next = 0;
+    for (; next + 2 <= blocks; next += 2) draw(std::integral_constant<int, 2>(), next);
+    if (next < blocks) draw(std::integral_constant<int, 1>(), next);
+    const int64_t chunk = (row0 + kk0) / 4;
+    for (int j = 0; j < 4; ++j) {
+      const int64_t kk = kk0 + j;
+      const __m512i lane_base = _mm512_set1_epi32(4 * j);
+      const auto run = [&](auto k_blocks, int64_t blk0) {
+        constexpr int K = decltype(k_blocks)::value;
+        __m512 x[K][4];
+        __m512i words[K];
+        for (int k = 0; k < K; ++k) {
+          const float* p = src + 4 * kk * ld + 16 * (blk0 + k);
+          if (kk + 1 < group_rows) {
+            for (int i = 4; i < 8; ++i)
+              _mm_prefetch(reinterpret_cast<const char*>(p + i * ld), _MM_HINT_T0);
+          }
+          for (int i = 0; i < 4; ++i) x[k][i] = _mm512_loadu_ps(p + i * ld);
+          words[k] = uw[blk0 + k][j];
+        }
+        __m512 out[K][4];
+        __mmask16 kept[K][4];
+        mvue16<K>(x, words, out, kept, worst);
+        for (int k = 0; k < K; ++k) {
+          const int64_t c = col0 + 16 * (blk0 + k);  // 16 lanes: half h of row block b
+          const int64_t at = (((c / 32) * chunks + chunk) * 8 + 2 * j) * 32 + (c % 32);
+          __m512 v0, v1;
+          __m512i code;
+          select24(out[k], kept[k], v0, v1, code);
+          const __m512i lane0 = _mm512_add_epi32(lane_base, _mm512_and_si512(code, two_bits));
+          const __m512i lane1 = _mm512_add_epi32(lane_base, _mm512_srli_epi32(code, 2));
+          _mm512_stream_ps(values + at, v0);
+          _mm512_stream_ps(values + at + 32, v1);
+          _mm512_stream_si512(reinterpret_cast<__m512i*>(lanes + at), lane0);
+          _mm512_stream_si512(reinterpret_cast<__m512i*>(lanes + at + 32), lane1);
+        }
+      };
+      int64_t pair = 0;
+      for (; pair + 2 <= blocks; pair += 2) run(std::integral_constant<int, 2>(), pair);
+      if (pair < blocks) run(std::integral_constant<int, 1>(), pair);
+    }
+  }
+  _mm_sfence();  // streaming stores ordered before the caller's synchronisation
+  return finite_so_far(worst);
+}
+
 namespace {
 
 // MVUE n:m of 16 column groups: x[i] lane l = element i of group l (i < m), uw the groups' random

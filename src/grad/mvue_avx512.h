@@ -42,6 +42,17 @@ bool mvue24_cols_avx512(const float* src, int64_t ld, int64_t group_rows, int64_
                         float* dense, int64_t dense_ld, float* values, int64_t value_ld,
                         uint8_t* indices, int64_t index_ld);
 
+// The same groups as mvue24_cols_avx512 (group_rows % 4 == 0, row0 % 4 == 0, col0 % 16 == 0),
+// written as nm_wgrad's lane form of dYᵀ (the permute kernel's operand, 2:4: 8 slots per 16-token
+// chunk, rows in blocks of 32): entry (row block b, chunk c, slot s, lane l) at ((b · chunks + c)
+// · 8 + s) · 32 + l of `values` / `lanes` (64-byte aligned), for column 32b + l and the tokens of
+// chunk c; slot 2j + i is kept value i of group 4c + j (canonical: kCode24's positions, +0.0
+// padding) and its lane that value's token inside the chunk, 4j + index. The values and indices
+// are bitwise those of the compressed output, rearranged. Streamed stores. Returns false as above.
+bool mvue24_lanes_avx512(const float* src, int64_t ld, int64_t group_rows, int64_t blocks,
+                         int64_t cols, int64_t row0, int64_t col0, const Mvue24Key& key,
+                         int64_t chunks, float* values, int32_t* lanes);
+
 }  // namespace nms::detail
 
 namespace nms::detail {

@@ -17,6 +17,7 @@
 #include "grad/group.h"
 #include "grad/mvue_avx2.h"
 #include "grad/mvue_avx512.h"
+#include "grad/prune_lanes.h"
 #include "nmsparse/core/error.h"
 #include "nmsparse/core/isa.h"
 #include "nmsparse/core/threading.h"
@@ -573,6 +574,56 @@ void grad_prune_compressed_into(ConstMatrixViewF g, const GradPruneOptions& opti
   j.sink.bits = options.pattern.index_bits();
   run(j);
 }
+
+namespace detail {
+
+bool grad_prune_lanes24_applies(ConstMatrixViewF g, const GradPruneOptions& options) {
+#if defined(NMS_HAVE_AVX512_KERNELS)
+  return options.method == GradMethod::kMvue && options.pattern == NmPattern{2, 4} &&
+         options.axis == NmAxis::kCols && isa_active() == Isa::kAvx512 && g.rows() % 16 == 0 &&
+         g.cols() % 32 == 0;
+#else
+  (void)g, (void)options;
+  return false;
+#endif
+}
+
+void grad_prune_lanes24(ConstMatrixViewF g, const GradPruneOptions& options, float* values,
+                        int32_t* lanes) {
+  NMS_CHECK(grad_prune_lanes24_applies(g, options),
+            "grad_prune_lanes24: needs 2:4 MVUE along columns at the AVX-512 level, rows % 16 == "
+            "0 and cols % 32 == 0; got ",
+            options.pattern.to_string(), " ", g.rows(), " x ", g.cols());
+#if defined(NMS_HAVE_AVX512_KERNELS)
+  const Job j = make_job(g, options);
+  const int64_t chunks = g.rows() / 16;
+  const int64_t strips = (g.cols() + kStripAvx512 - 1) / kStripAvx512;
+  // Row parts in whole chunks (4 group rows), one per thread of every strip unless the strips
+  // are full and divide among the threads (as run() splits the column kernel's work).
+  const int64_t threads = max_threads();
+  const int64_t row_parts = threads > 1 && (strips % threads != 0 || g.cols() % kStripAvx512 != 0)
+                                ? std::max<int64_t>(1, std::min(threads, chunks))
+                                : 1;
+  std::atomic<bool> failed{false};
+  detail::parallel_for(strips * row_parts, [&](int64_t i) {
+    const int64_t c0 = i % strips * kStripAvx512;
+    const int64_t c1 = std::min(g.cols(), c0 + kStripAvx512);
+    const int64_t part = i / strips;
+    const int64_t kk0 = 4 * (chunks * part / row_parts);
+    const int64_t kk1 = 4 * (chunks * (part + 1) / row_parts);
+    if (kk1 == kk0) return;
+    if (!mvue24_lanes_avx512(g.row(4 * kk0) + c0, g.ld(), kk1 - kk0, (c1 - c0) / 16, g.cols(), kk0,
+                             c0, j.key, chunks, values, lanes)) {
+      failed.store(true, std::memory_order_relaxed);
+    }
+  });
+  if (failed.load()) throw_bad_input(j);
+#else
+  (void)values, (void)lanes;
+#endif
+}
+
+}  // namespace detail
 
 CompressedNm grad_prune_compressed(ConstMatrixViewF g, const GradPruneOptions& options) {
   CompressedNm c;

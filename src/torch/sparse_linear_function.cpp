@@ -51,7 +51,6 @@ struct SparseLinearWorkspace {
   const void* snapshot_storage = nullptr;
   NmGemmOperand forward_operand;   // M_f ⊙ W
   NmGemmOperand backward_operand;  // (P (M_b ⊙ W))ᵀ
-  CompressedNm pruned_dy;          // prune(dY), kCols
   NmWgradWorkspace wgrad;
 };
 
@@ -455,10 +454,8 @@ class SparseLinearFunction : public torch::autograd::Function<SparseLinearFuncti
       dw = pruned.t().mm(x_head);
     } else {
       SparseLinearWorkspace& ws = SparseLinearAccess::workspace(*st.layer);
-      {
-        ProfileTimer timer(g_profile.operand_prep);
-        grad_prune_compressed_into(const_view(dy_head), options, ws.pruned_dy);
-      }
+      // The pruning of dY is timed with the GEMM: nm_wgrad_pruned fuses it into the operand's
+      // packing where it can (nm_wgrad.h).
       ProfileTimer timer(g_profile.weight_grad_gemm);
       dw = torch::empty({dy.size(1), x.size(1)}, x.options());
       const torch::Tensor xc = x_head.is_contiguous() ? x_head : x_head.contiguous();
@@ -470,7 +467,8 @@ class SparseLinearFunction : public torch::autograd::Function<SparseLinearFuncti
         decay = {const_view(*decay_w), st.mask_fwd.data_ptr<uint8_t>(), decay_w->size(1),
                  config.decay};
       }
-      nm_wgrad(ws.pruned_dy, const_view(xc), mutable_view(dw), &ws.wgrad, fuse ? &decay : nullptr);
+      nm_wgrad_pruned(const_view(dy_head), options, const_view(xc), mutable_view(dw), &ws.wgrad,
+                      fuse ? &decay : nullptr);
       *decay_fused = fuse;
     }
     if (pruned_tokens < tokens) {

@@ -146,7 +146,6 @@ struct LayerBench {
   Matrix dy_pruned;      // MVUE-pruned dY (dense, for the dense weight-gradient baseline)
   BitMask mask, mask_t;  // W's mask and its transpose (held by a training layer between refreshes)
   Matrix w_t;            // scratch of the lane form's transposed copy of W
-  CompressedNm dy_comp;
   NmGemmOperand w_fwd, w_bwd;
   NmWgradWorkspace ws;
   Matrix y_dense, y_sparse, dx_dense, dx_sparse, dw_dense, dw_sparse;
@@ -175,7 +174,6 @@ struct LayerBench {
     mask_t = transpose_mask(mask);
     compress_weights();
     dy_pruned = grad_prune(dy.view(), mvue);
-    grad_prune_compressed_into(dy.view(), mvue, dy_comp);
   }
 
   // Per step, as the training layer (SparseLinear) does it: W and Wᵀ packed for the kernels
@@ -201,11 +199,9 @@ struct LayerBench {
   }
   void sparse_forward() { nm_gemm(x.view(), w_fwd, y_sparse.view()); }
   void sparse_backward_data() { nm_gemm(dy.view(), w_bwd, dx_sparse.view()); }
-  // MVUE pruning + compression of dY along tokens, then the kernel (which packs dYᵀ and X).
-  void sparse_weight_grad() {
-    grad_prune_compressed_into(dy.view(), mvue, dy_comp);
-    nm_wgrad(dy_comp, x.view(), dw_sparse.view(), &ws);
-  }
+  // MVUE pruning of dY along tokens and the kernel (nm_wgrad_pruned: the pruning writes the
+  // kernel's operand where the route allows, else compresses dY for nm_wgrad).
+  void sparse_weight_grad() { nm_wgrad_pruned(dy.view(), mvue, x.view(), dw_sparse.view(), &ws); }
 };
 
 struct Result {

@@ -59,6 +59,7 @@
 #include "nmsparse/core/matrix_view.h"
 #include "nmsparse/core/nm_pattern.h"
 #include "nmsparse/format/compressed_nm.h"
+#include "nmsparse/grad/prune.h"
 #include "nmsparse/kernels/nm_gemm.h"
 
 namespace nms {
@@ -71,6 +72,7 @@ struct NmWgradWorkspace {
   AlignedBuffer<int32_t> tile_offsets;
   NmGemmOperand dy_t;        // AVX-512: dYᵀ packed for nm_gemm's kernels
   AlignedBuffer<float> x_t;  // kPermute: Xᵀ [in, T]
+  CompressedNm pruned_dy;    // nm_wgrad_pruned: the pruned dY where it is not fused
 };
 
 // True for every valid pattern: kernel A's cost does not depend on m (the AVX-512 kernel runs
@@ -113,6 +115,19 @@ enum class NmWgradKernel { kAuto, kPanels, kGemm, kPermute };
 void nm_wgrad(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw,
               NmWgradWorkspace* ws = nullptr, const NmWgradDecay* decay = nullptr,
               NmWgradKernel kernel = NmWgradKernel::kAuto);
+
+// dW = (pruned dY)ᵀ · X with dY [T, out] dense and pruned here by `prune` (along tokens: axis
+// kCols): the same bits as grad_prune_compressed_into(dy, prune, c) followed by nm_wgrad(c, x, dw,
+// ws, decay, kernel), and the same errors (a NaN / Inf in dY names its element). Where the permute
+// route runs with 2:4 MVUE (AVX-512, T % 16 == 0, out % 32 == 0), the pruning writes that route's
+// operand (dYᵀ in its lane form) directly: no compressed dY is written, read back and decoded.
+// (One thread, Zen 4: for dY 8192 x 3072 the fused pruning took 15.9 ms against 18.9 for the
+// compressed form plus 11.9 for the lane form built from it; `nmsparse bench kernels --gemms
+// weight_grad` at 8192 x 768 -> 3072 went from 262-265 to 248-250 ms, 1.38x to 1.48x of sgemm.)
+void nm_wgrad_pruned(ConstMatrixViewF dy, const GradPruneOptions& prune, ConstMatrixViewF x,
+                     MatrixViewF dw, NmWgradWorkspace* ws = nullptr,
+                     const NmWgradDecay* decay = nullptr,
+                     NmWgradKernel kernel = NmWgradKernel::kAuto);
 
 // Whether nm_wgrad(dy, x, dw, ws, decay) would run: empty when it would, otherwise the message of
 // the nms::Error it would throw (the same checks, nothing computed).

@@ -7,6 +7,7 @@
 
 #include "core/parallel.h"
 #include "core/views_overlap.h"
+#include "grad/prune_lanes.h"
 #include "kernels/nm_gemm_avx512.h"
 #include "kernels/nm_gemm_lanes.h"
 #include "kernels/wgrad/wgrad_kernels.h"
@@ -116,11 +117,11 @@ bool use_permute_kernel(NmWgradKernel kernel, NmPattern pattern, int64_t in) {
 // dWᵀ = Xᵀ · (dYᵀ)ᵀ on the permute kernel: its tokens are the in features (rows of Xᵀ), its rows
 // the out features (rows of dYᵀ), its depth T; dW is its Y in the Yᵀ form. Each element is the
 // chain over the row's slots in order from the start term, as in the other routes: the same bits.
-void wgrad_permute(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw, NmWgradWorkspace& w,
-                   const NmWgradDecay* decay) {
-  const int64_t tokens = dy.rows;
+// The operand (dYᵀ in its lane form, out rows, T deep) is in w.dy_t's lane buffers.
+void wgrad_permute_from_lanes(int64_t out, NmPattern pattern, ConstMatrixViewF x, MatrixViewF dw,
+                              NmWgradWorkspace& w, const NmWgradDecay* decay) {
+  const int64_t tokens = x.rows();
   const int64_t in = x.cols();
-  detail::wgrad_lanes_from_compressed(dy, w.dy_t.lane_values, w.dy_t.lane_index);
   // Xᵀ rows padded to a multiple of 16 floats plus 16: no power-of-two stride between the 8 rows
   // a tile loads per chunk.
   const int64_t ld_t = (tokens + 15) / 16 * 16 + 16;
@@ -132,10 +133,10 @@ void wgrad_permute(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw, N
   args.ldx = ld_t;
   args.values = w.dy_t.lane_values.data();
   args.lanes = w.dy_t.lane_index.data();
-  args.rows = dy.cols;
+  args.rows = out;
   args.depth = tokens;
-  args.n = dy.pattern.n;
-  args.m = dy.pattern.m;
+  args.n = pattern.n;
+  args.m = pattern.m;
   args.y = dw.data();
   args.ldy = dw.ld();
   args.y_transposed = true;
@@ -162,6 +163,12 @@ void wgrad_permute(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw, N
   }
   detail::nm_gemm_lanes_run(args, in);
 }
+
+void wgrad_permute(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw, NmWgradWorkspace& w,
+                   const NmWgradDecay* decay) {
+  detail::wgrad_lanes_from_compressed(dy, w.dy_t.lane_values, w.dy_t.lane_index);
+  wgrad_permute_from_lanes(dy.cols, dy.pattern, x, dw, w, decay);
+}
 #endif
 
 }  // namespace
@@ -173,12 +180,10 @@ bool nm_wgrad_has_fast_path(NmPattern pattern) {
 namespace {
 
 // Every check of nm_wgrad's boundary (throws nms::Error naming the value).
-void validate_nm_wgrad(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw,
+// The checks on x, dw and the decay for dY with `tokens` rows and `out` columns.
+void validate_operands(int64_t tokens, int64_t out, ConstMatrixViewF x, MatrixViewF dw,
                        const NmWgradDecay* decay) {
-  check_dy(dy);
-  const int64_t out = dy.cols;
   const int64_t in = x.cols();
-  const int64_t tokens = dy.rows;
   NMS_CHECK(x.rows() == tokens, "nm_wgrad: x has ", x.rows(), " rows (tokens), dY has ", tokens);
   NMS_CHECK(dw.rows() == out && dw.cols() == in, "nm_wgrad: dw is ", dw.rows(), " x ", dw.cols(),
             ", expected [dY cols, x cols] = ", out, " x ", in);
@@ -192,6 +197,12 @@ void validate_nm_wgrad(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF d
               in, "), got ", decay->keep_ld);
     NMS_CHECK(!detail::views_overlap(decay->w, dw), "nm_wgrad: dw overlaps the decay's W");
   }
+}
+
+void validate_nm_wgrad(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw,
+                       const NmWgradDecay* decay) {
+  check_dy(dy);
+  validate_operands(dy.rows, dy.cols, x, dw, decay);
 }
 
 }  // namespace
@@ -404,6 +415,36 @@ void nm_wgrad(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw, NmWgra
       }
     }
   });
+}
+
+void nm_wgrad_pruned(ConstMatrixViewF dy, const GradPruneOptions& prune, ConstMatrixViewF x,
+                     MatrixViewF dw, NmWgradWorkspace* ws, const NmWgradDecay* decay,
+                     NmWgradKernel kernel) {
+  NMS_CHECK(prune.axis == NmAxis::kCols,
+            "nm_wgrad_pruned: dY must be pruned along tokens (axis cols), got axis ",
+            axis_name(prune.axis));
+  NmWgradWorkspace local;
+  NmWgradWorkspace& w = ws != nullptr ? *ws : local;
+#if defined(NMS_HAVE_AVX512_KERNELS)
+  if (isa_active() == Isa::kAvx512 && dy.rows() > 0 && x.cols() > 0 &&
+      use_permute_kernel(kernel, prune.pattern, x.cols()) &&
+      detail::grad_prune_lanes24_applies(dy, prune)) {
+    validate_operands(dy.rows(), dy.cols(), x, dw, decay);
+    const detail::NmGemmLaneLayout lay(dy.cols(), dy.rows(), prune.pattern.n, prune.pattern.m);
+    // The layout grad_prune_lanes24 writes (prune_lanes.h), in this layer's terms.
+    NMS_ASSERT(detail::kLaneRows == 32 && detail::kLaneChunk == 16 && lay.slots_per_chunk == 8 &&
+               lay.total() == dy.cols() / 32 * (dy.rows() / 16) * 8 * 32);
+    if (w.dy_t.lane_values.size() != lay.total()) {
+      w.dy_t.lane_values.resize_for_overwrite(lay.total());
+      w.dy_t.lane_index.resize_for_overwrite(lay.total());
+    }
+    detail::grad_prune_lanes24(dy, prune, w.dy_t.lane_values.data(), w.dy_t.lane_index.data());
+    wgrad_permute_from_lanes(dy.cols(), prune.pattern, x, dw, w, decay);
+    return;
+  }
+#endif
+  grad_prune_compressed_into(dy, prune, w.pruned_dy);
+  nm_wgrad(w.pruned_dy, x, dw, &w, decay, kernel);
 }
 
 }  // namespace nms

@@ -13,10 +13,14 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <sstream>
 #include <utility>
 #include <vector>
 
+#include "grad/prune_lanes.h"
+#include "kernels/nm_gemm_lanes_layout.h"
 #include "kernels/wgrad/wgrad_kernels.h"
+#include "kernels/wgrad/wgrad_lanes.h"
 #include "nmsparse/core/aligned_buffer.h"
 #include "nmsparse/core/isa.h"
 #include "nmsparse/core/rng.h"
@@ -473,6 +477,103 @@ TEST(NmWgrad, IndexOutOfGroupIsRefused) {
   }
   // nm_gemm_pack refuses it too (the kGemm route packs dYᵀ with it).
   testing::expect_error([&] { nm_gemm_pack(dy); }, "row 0 slot 0 has in-group index 3 >= m (3)");
+}
+
+}  // namespace
+}  // namespace nms
+
+namespace nms {
+namespace {
+
+// nm_wgrad_pruned against its definition, grad_prune_compressed_into then nm_wgrad, bit for bit:
+// on the fused route (2:4 MVUE, permute route, T % 16 == 0, out % 32 == 0: the pruning writes
+// the lane form) and on every fallback (out or T off the multiples, narrow X under kAuto, another
+// pattern), with and without the decay, on 1-3 threads (row parts of whole chunks, 512-column
+// strips); the fused route's lane form also equals the one built from the compressed dY.
+TEST(NmWgradPruned, SameBitsAsPruneThenWgrad) {
+  struct Shape {
+    int64_t tokens, in, out;
+    NmPattern pattern;
+    NmWgradKernel kernel;
+  };
+  const Shape shapes[] = {
+      {64, 512, 64, {2, 4}, NmWgradKernel::kAuto},    // fused
+      {208, 520, 576, {2, 4}, NmWgradKernel::kAuto},  // fused: a full strip and one of 64
+      {48, 40, 96, {2, 4}, NmWgradKernel::kPermute},  // fused, explicit route
+      {64, 512, 40, {2, 4}, NmWgradKernel::kAuto},    // out % 32 != 0
+      {52, 512, 64, {2, 4}, NmWgradKernel::kAuto},    // T % 16 != 0
+      {64, 100, 64, {2, 4}, NmWgradKernel::kAuto},    // narrow X: kernel A
+      {64, 512, 64, {4, 8}, NmWgradKernel::kAuto},    // 4:8
+      {64, 512, 64, {2, 4}, NmWgradKernel::kPanels},  // another route
+  };
+  uint64_t seed = 700;
+  for (const Shape& s : shapes) {
+    const Matrix dy = testing::random_matrix(s.tokens, s.out, seed++);
+    const Matrix x = testing::random_matrix(s.tokens, s.in, seed++);
+    const Matrix wmat = testing::random_matrix(s.out, s.in, seed++);
+    std::vector<uint8_t> keep(static_cast<size_t>(s.out * s.in));
+    for (size_t k = 0; k < keep.size(); ++k) keep[k] = static_cast<uint8_t>(k % 3 != 0);
+    const GradPruneOptions prune{GradMethod::kMvue, s.pattern, NmAxis::kCols, seed++, 17};
+    for (bool with_decay : {false, true}) {
+      const NmWgradDecay decay{wmat.view(), keep.data(), s.in, 0.125f};
+      const NmWgradDecay* d = with_decay ? &decay : nullptr;
+      for (int threads : {1, 2, 3}) {
+        std::ostringstream trace;
+        trace << "T" << s.tokens << " " << s.in << " -> " << s.out << " " << s.pattern.to_string()
+              << " threads " << threads << (with_decay ? " decay" : "");
+        SCOPED_TRACE(trace.str());
+        ScopedNumThreads t(threads);
+        Matrix want(s.out, s.in);
+        const CompressedNm c = grad_prune_compressed(dy.view(), prune);
+        nm_wgrad(c, x.view(), want.view(), nullptr, d, s.kernel);
+        Matrix got(s.out, s.in);
+        NmWgradWorkspace ws;
+        nm_wgrad_pruned(dy.view(), prune, x.view(), got.view(), &ws, d, s.kernel);
+        ASSERT_EQ(std::memcmp(want.data(), got.data(), sizeof(float) * want.size()), 0);
+        nm_wgrad_pruned(dy.view(), prune, x.view(), got.view(), &ws, d, s.kernel);  // reused
+        ASSERT_EQ(std::memcmp(want.data(), got.data(), sizeof(float) * want.size()), 0);
+      }
+    }
+  }
+}
+
+TEST(NmWgradPruned, FusedLaneFormEqualsTheOneFromTheCompressedDy) {
+  if (isa_supported() < Isa::kAvx512) GTEST_SKIP() << "the fused route runs at AVX-512 only";
+  for (int threads : {1, 2}) {
+    ScopedNumThreads t(threads);
+    const Matrix dy = testing::random_integer_matrix(208, 576, 2, 41);
+    const GradPruneOptions prune{GradMethod::kMvue, {2, 4}, NmAxis::kCols, 5, 6};
+    ASSERT_TRUE(detail::grad_prune_lanes24_applies(dy.view(), prune));
+    const detail::NmGemmLaneLayout lay(576, 208, 2, 4);
+    AlignedBuffer<float> values(lay.total());
+    AlignedBuffer<int32_t> lanes(lay.total());
+    detail::grad_prune_lanes24(dy.view(), prune, values.data(), lanes.data());
+    AlignedBuffer<float> want_values;
+    AlignedBuffer<int32_t> want_lanes;
+    detail::wgrad_lanes_from_compressed(grad_prune_compressed(dy.view(), prune), want_values,
+                                        want_lanes);
+    ASSERT_EQ(want_values.size(), lay.total());
+    ASSERT_EQ(std::memcmp(values.data(), want_values.data(), sizeof(float) * lay.total()), 0);
+    ASSERT_EQ(std::memcmp(lanes.data(), want_lanes.data(), sizeof(int32_t) * lay.total()), 0);
+  }
+}
+
+TEST(NmWgradPruned, Errors) {
+  Matrix dy = testing::random_matrix(64, 64, 3);
+  dy(5, 7) = std::nanf("");
+  const Matrix x = testing::random_matrix(64, 512, 5);
+  Matrix dw(64, 512);
+  const GradPruneOptions prune{GradMethod::kMvue, {2, 4}, NmAxis::kCols, 1, 2};
+  testing::expect_error([&] { nm_wgrad_pruned(dy.view(), prune, x.view(), dw.view()); },
+                        "(row 5, col 7)");
+  const Matrix dy2 = testing::random_matrix(64, 64, 4);
+  Matrix dw_bad(64, 500);
+  testing::expect_error([&] { nm_wgrad_pruned(dy2.view(), prune, x.view(), dw_bad.view()); },
+                        "expected [dY cols, x cols] = 64 x 512");
+  GradPruneOptions rows = prune;
+  rows.axis = NmAxis::kRows;
+  testing::expect_error([&] { nm_wgrad_pruned(dy2.view(), rows, x.view(), dw.view()); },
+                        "pruned along tokens");
 }
 
 }  // namespace
