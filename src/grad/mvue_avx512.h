@@ -7,8 +7,9 @@
 // once (64 groups per call). Neither kernel validates shapes: the driver (prune.cpp) does.
 //
 // Throughput, 8192 x 3072 fp32 gradient, one thread, Zen 4 (bench_grad --benchmark_min_time=1,
-// 2026-12-06): compressed output 16.6 ms along rows and 21.2 ms along columns, dense output 14.7
-// and 20.0 ms; a memcpy of the matrix takes 7.4-8.1 ms, the SSE2 kernels 1.2-3.7x longer.
+// 2026-12-06): compressed output 14.1 ms along rows and 18.4 ms along columns, dense output 13.9
+// and 18.5 ms; a memcpy of the matrix takes 7.0 ms, the SSE2 kernels 1.3-4.1x longer. The lane
+// form (mvue24_lanes_avx512) of the same gradient: 15.9 ms.
 #pragma once
 
 #include <cstdint>
