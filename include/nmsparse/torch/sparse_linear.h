@@ -152,9 +152,9 @@ TORCH_MODULE(SparseLinear);
 struct SparseLinearProfile {
   double forward_gemm = 0;
   double backward_data_gemm = 0;
-  double weight_grad_gemm = 0;
-  double mask_update = 0;   // mask solves, permutation search
-  double operand_prep = 0;  // compression, packing, masking of W; pruning + compression of dY
+  double weight_grad_gemm = 0;  // kernel path: with the pruning of dY (nm_wgrad_pruned fuses it)
+  double mask_update = 0;       // mask solves, permutation search
+  double operand_prep = 0;      // compression, packing, masking of W; reference path: pruning dY
 };
 SparseLinearProfile sparse_linear_profile();
 void sparse_linear_profile_reset();
