@@ -220,11 +220,15 @@ inline void draw_words(int64_t first, int64_t blocks, __m512i block_lo, __m512i 
   if (next < blocks) draw(std::integral_constant<int, 1>(), next);
 }
 
-// Loads K blocks' 16 groups of group row kk (x[k][i] lane l = element i of the group in column
-// 16 · (blk0 + k) + l) and their words, prefetching the next group row's lines.
+// MVUE of K blocks' 16 groups of group row kk (x[k][i] lane l = element i of the group in column
+// 16 · (blk0 + k) + l; uw[blk][j] their words): out / kept as mvue16's, the next group row's lines
+// prefetched.
 template <int K>
-inline void load_groups(const float* src, int64_t ld, int64_t kk, int64_t group_rows, int64_t blk0,
-                        int j, const __m512i (*uw)[4], __m512 (*x)[4], __m512i* words) {
+inline void prune_blocks(const float* src, int64_t ld, int64_t kk, int64_t group_rows, int64_t blk0,
+                         int j, const __m512i (*uw)[4], __m512 (*out)[4], __mmask16 (*kept)[4],
+                         __m512i& worst) {
+  __m512 x[K][4];
+  __m512i words[K];
   for (int k = 0; k < K; ++k) {
     const float* p = src + 4 * kk * ld + 16 * (blk0 + k);
     if (kk + 1 < group_rows) {  // the next group row, one pass over the blocks ahead
@@ -234,6 +238,7 @@ inline void load_groups(const float* src, int64_t ld, int64_t kk, int64_t group_
     for (int i = 0; i < 4; ++i) x[k][i] = _mm512_loadu_ps(p + i * ld);
     words[k] = uw[blk0 + k][j];
   }
+  mvue16<K>(x, words, out, kept, worst);
 }
 
 // No NaN, Inf or overflowing sum among what mvue16 folded into `worst`.
@@ -391,12 +396,9 @@ bool mvue24_cols_avx512(const float* src, int64_t ld, int64_t group_rows, int64_
         // spill registers and took 170).
         const auto run = [&](auto k_blocks, int64_t blk0) {
           constexpr int K = decltype(k_blocks)::value;
-          __m512 x[K][4];
-          __m512i words[K];
-          load_groups<K>(src, ld, kk, group_rows, blk0, j, uw, x, words);
           __m512 out[K][4];
           __mmask16 kept[K][4];
-          mvue16<K>(x, words, out, kept, worst);
+          prune_blocks<K>(src, ld, kk, group_rows, blk0, j, uw, out, kept, worst);
           for (int k = 0; k < K; ++k) {
             const int64_t blk = blk0 + k;
             const int64_t c = 16 * blk;
@@ -479,12 +481,9 @@ bool mvue24_lanes_avx512(const float* src, int64_t ld, int64_t group_rows, int64
       const __m512i lane_base = _mm512_set1_epi32(4 * j);
       const auto run = [&](auto k_blocks, int64_t blk0) {
         constexpr int K = decltype(k_blocks)::value;
-        __m512 x[K][4];
-        __m512i words[K];
-        load_groups<K>(src, ld, kk, group_rows, blk0, j, uw, x, words);
         __m512 out[K][4];
         __mmask16 kept[K][4];
-        mvue16<K>(x, words, out, kept, worst);
+        prune_blocks<K>(src, ld, kk, group_rows, blk0, j, uw, out, kept, worst);
         for (int k = 0; k < K; ++k) {
           const int64_t c = col0 + 16 * (blk0 + k);  // 16 lanes: half h of row block b
           const int64_t at = (((c / 32) * chunks + chunk) * 8 + 2 * j) * 32 + (c % 32);
