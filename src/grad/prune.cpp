@@ -324,7 +324,21 @@ constexpr int64_t kStripAvx512 = 16 * detail::kColsMaxBlocks;
 constexpr int64_t kStripSse2 = 64;
 constexpr int64_t kStripAvx2 = 32 * detail::kColsMaxUnitsAvx2;
 
-// Columns [c0, c1) (kCols): every group down those columns.
+// Row parts per 512-column strip for the AVX-512 2:4 column kernels, `units` the indivisible
+// row units. Strips alone balance threads poorly at layer widths: 192 columns make one strip, 576
+// a full strip and one of 64. So unless the strips are full and divide among the threads, each
+// thread takes a row part of every strip (items go row part by row part, so static scheduling
+// hands each thread a part of each strip). Every group's draw depends on its id alone: the split
+// does not change the result. dY 6400 x 192 / 576 / 768, 2 threads, ms: 0.72 / 1.99 / 2.01 ->
+// 0.38 / 1.15 / 1.55 (one thread 0.72 / 2.24 / 3.01; one run, Zen 4). With 6 full strips (3072
+// columns) splitting measured 7.35 against 7.00 ms.
+int64_t avx512_row_parts(int64_t cols, int64_t units) {
+  const int64_t strips = (cols + kStripAvx512 - 1) / kStripAvx512;
+  const int64_t threads = max_threads();
+  if (threads == 1 || (strips % threads == 0 && cols % kStripAvx512 == 0)) return 1;
+  return std::max<int64_t>(1, std::min(threads, units));
+}
+
 // Columns [c0, c1) (kCols), group rows [kk0, kk1): every group down those columns in those rows.
 // Only the AVX-512 2:4 kernel takes part of the rows (kk0 % 8 == 0, kk1 % 8 == 0 or the last
 // group row: 2:4 index bytes hold two groups, so row parts share none); the others take all.
@@ -511,21 +525,11 @@ void run(const Job& j) {
                           : j.avx2 || j.avx2_generic   ? kStripAvx2
                                                        : kStripSse2;
     const int64_t strips = (j.g.cols() + strip - 1) / strip;
-    // Strips alone balance threads poorly at layer widths: 192 columns make one strip, 576 a
-    // full strip and one of 64. So unless the strips are full and divide among the threads, the
-    // AVX-512 2:4 kernel also splits the group rows, in units of its 8-row tiles: one row part
-    // per thread of every strip. Items go row part by row part, so static scheduling hands each
-    // thread a part of each strip. Every group's draw depends on its id alone: the split does not
-    // change the result. dY 6400 x 192 / 576 / 768, 2 threads, ms: 0.72 / 1.99 / 2.01 -> 0.38 /
-    // 1.15 / 1.55 (one thread 0.72 / 2.24 / 3.01; one run, Zen 4). With 6 full strips (3072
-    // columns) splitting measured 7.35 against 7.00 ms.
+    // The AVX-512 2:4 kernel also splits the group rows, in units of its 8-row tiles.
     const int64_t groups = j.g.rows() / j.m;
     const int64_t units = (groups + 7) / 8;
-    const int64_t threads = max_threads();
-    const int64_t row_parts = j.avx512 && j.g.cols() % 4 == 0 && threads > 1 &&
-                                      (strips % threads != 0 || j.g.cols() % strip != 0)
-                                  ? std::max<int64_t>(1, std::min(threads, units))
-                                  : 1;
+    const int64_t row_parts =
+        j.avx512 && j.g.cols() % 4 == 0 ? avx512_row_parts(j.g.cols(), units) : 1;
     detail::parallel_for(strips * row_parts, [&](int64_t i) {
       const int64_t s = i % strips;
       const int64_t part = i / strips;
@@ -598,12 +602,7 @@ void grad_prune_lanes24(ConstMatrixViewF g, const GradPruneOptions& options, flo
   const Job j = make_job(g, options);
   const int64_t chunks = g.rows() / 16;
   const int64_t strips = (g.cols() + kStripAvx512 - 1) / kStripAvx512;
-  // Row parts in whole chunks (4 group rows), one per thread of every strip unless the strips
-  // are full and divide among the threads (as run() splits the column kernel's work).
-  const int64_t threads = max_threads();
-  const int64_t row_parts = threads > 1 && (strips % threads != 0 || g.cols() % kStripAvx512 != 0)
-                                ? std::max<int64_t>(1, std::min(threads, chunks))
-                                : 1;
+  const int64_t row_parts = avx512_row_parts(g.cols(), chunks);  // whole 16-token chunks
   std::atomic<bool> failed{false};
   detail::parallel_for(strips * row_parts, [&](int64_t i) {
     const int64_t c0 = i % strips * kStripAvx512;
