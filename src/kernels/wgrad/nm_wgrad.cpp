@@ -179,7 +179,6 @@ bool nm_wgrad_has_fast_path(NmPattern pattern) {
 
 namespace {
 
-// Every check of nm_wgrad's boundary (throws nms::Error naming the value).
 // The checks on x, dw and the decay for dY with `tokens` rows and `out` columns.
 void validate_operands(int64_t tokens, int64_t out, ConstMatrixViewF x, MatrixViewF dw,
                        const NmWgradDecay* decay) {
@@ -199,6 +198,7 @@ void validate_operands(int64_t tokens, int64_t out, ConstMatrixViewF x, MatrixVi
   }
 }
 
+// Every check of nm_wgrad's boundary (throws nms::Error naming the value).
 void validate_nm_wgrad(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw,
                        const NmWgradDecay* decay) {
   check_dy(dy);
@@ -426,7 +426,7 @@ void nm_wgrad_pruned(ConstMatrixViewF dy, const GradPruneOptions& prune, ConstMa
   NmWgradWorkspace local;
   NmWgradWorkspace& w = ws != nullptr ? *ws : local;
 #if defined(NMS_HAVE_AVX512_KERNELS)
-  if (isa_active() == Isa::kAvx512 && dy.rows() > 0 && x.cols() > 0 &&
+  if (isa_active() == Isa::kAvx512 && dy.rows() > 0 && dy.cols() > 0 && x.cols() > 0 &&
       use_permute_kernel(kernel, prune.pattern, x.cols()) &&
       detail::grad_prune_lanes24_applies(dy, prune)) {
     validate_operands(dy.rows(), dy.cols(), x, dw, decay);
