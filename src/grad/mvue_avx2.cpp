@@ -113,11 +113,17 @@ inline void mvue8(const __m256 x[4], __m256i uw, __m256 out[4], __m256i& bad) {
                                  _mm256_set1_ps(1.0f / 16777216.0f));
   const __m256 t0 = _mm256_mul_ps(u, step);
   const __m256 t1 = _mm256_add_ps(t0, step);
+  // In [prefix[i], prefix[i+1]): below the upper end and not below the lower one (8 comparisons
+  // instead of 16; mvue_avx512.cpp's mvue16).
+  __m256 below0_prev = zero;
+  __m256 below1_prev = zero;
   for (int i = 0; i < 4; ++i) {
-    const __m256 in0 = _mm256_and_ps(_mm256_cmp_ps(prefix[i], t0, _CMP_LE_OQ),
-                                     _mm256_cmp_ps(t0, prefix[i + 1], _CMP_LT_OQ));
-    const __m256 in1 = _mm256_and_ps(_mm256_cmp_ps(prefix[i], t1, _CMP_LE_OQ),
-                                     _mm256_cmp_ps(t1, prefix[i + 1], _CMP_LT_OQ));
+    const __m256 below0 = _mm256_cmp_ps(t0, prefix[i + 1], _CMP_LT_OQ);
+    const __m256 below1 = _mm256_cmp_ps(t1, prefix[i + 1], _CMP_LT_OQ);
+    const __m256 in0 = _mm256_andnot_ps(below0_prev, below0);
+    const __m256 in1 = _mm256_andnot_ps(below1_prev, below1);
+    below0_prev = below0;
+    below1_prev = below1;
     const __m256 sel3 = _mm256_or_ps(cap[i], _mm256_or_ps(in0, in1));
     const __m256 val3 =
         _mm256_blendv_ps(_mm256_or_ps(_mm256_and_ps(x[i], sign_mask), step), x[i], cap[i]);

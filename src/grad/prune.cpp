@@ -133,9 +133,18 @@ inline void mvue24_x4(const __m128 x[4], __m128i uw, __m128 out[4], __m128i& bad
       _mm_mul_ps(_mm_cvtepi32_ps(_mm_srli_epi32(uw, 8)), _mm_set1_ps(1.0f / 16777216.0f));
   const __m128 t0 = _mm_mul_ps(u, step);
   const __m128 t1 = _mm_add_ps(t0, step);
+  // A point t lies in [prefix[i], prefix[i+1]) when t < prefix[i+1] and not t < prefix[i] (t <
+  // prefix[0] = 0 never holds): 8 comparisons instead of 16, the same answer without NaN (which
+  // `bad` reports).
+  __m128 below0_prev = zero;
+  __m128 below1_prev = zero;
   for (int i = 0; i < 4; ++i) {
-    const __m128 in0 = _mm_and_ps(_mm_cmple_ps(prefix[i], t0), _mm_cmplt_ps(t0, prefix[i + 1]));
-    const __m128 in1 = _mm_and_ps(_mm_cmple_ps(prefix[i], t1), _mm_cmplt_ps(t1, prefix[i + 1]));
+    const __m128 below0 = _mm_cmplt_ps(t0, prefix[i + 1]);
+    const __m128 below1 = _mm_cmplt_ps(t1, prefix[i + 1]);
+    const __m128 in0 = _mm_andnot_ps(below0_prev, below0);
+    const __m128 in1 = _mm_andnot_ps(below1_prev, below1);
+    below0_prev = below0;
+    below1_prev = below1;
     __m128 sel = _mm_or_ps(cap[i], _mm_or_ps(in0, in1));
     __m128 val = _mm_or_ps(_mm_and_ps(cap[i], x[i]),
                            _mm_andnot_ps(cap[i], _mm_or_ps(_mm_and_ps(x[i], sign_mask), step)));
