@@ -60,6 +60,45 @@ void pack_x_block(ConstMatrixViewF x, int64_t t0, int64_t kc, int64_t k_block, i
   }
 }
 
+// dY's compression as the direct micro-tile reads it (wgrad_kernels.h; m = 4: 2-bit indices).
+struct DirectRows {
+  const float* values;
+  const uint8_t* indices;
+  int64_t slots_per_row, row_bytes, rows;  // rows: of dYᵀ (out)
+  int n;
+
+  explicit DirectRows(const CompressedNm& dy)
+      : values(dy.values.data()),
+        indices(dy.indices.data()),
+        slots_per_row(dy.value_cols()),
+        row_bytes(dy.index_row_bytes()),
+        rows(dy.cols),
+        n(dy.pattern.n) {}
+
+  // The tile's rows from `row`, in the K-block of `slots` slots from slot s0 (a multiple of 16, so
+  // the block's first index is the first bit of a byte). `prefetch`: also fetch the rows of the
+  // tile two ahead, which the next tiles of the first panel read (rows of dYᵀ are T / 4 · n
+  // slots apart, too far apart for the hardware prefetchers).
+  void set(int64_t row, int64_t s0, int slots, bool prefetch, detail::WgradTileArgs& ta) const {
+    const int64_t byte = s0 / 4;
+    const auto bytes = static_cast<size_t>(std::min<int64_t>(8, row_bytes - byte));
+    ta.n = n;
+    for (int r = 0; r < kWgradRowTile && row + r < rows; ++r) {
+      const int64_t o = row + r;
+      ta.row_values[r] = values + o * slots_per_row + s0;
+      uint64_t word = 0;
+      std::memcpy(&word, indices + o * row_bytes + byte, bytes);
+      ta.row_indices[r] = word;
+      const int64_t ahead = o + 2 * kWgradRowTile;
+      if (prefetch && ahead < rows) {
+        const auto* v = reinterpret_cast<const char*>(values + ahead * slots_per_row + s0);
+        for (int64_t at = 0; at < int64_t{slots} * 4; at += 64) __builtin_prefetch(v + at, 0, 3);
+        __builtin_prefetch(indices + ahead * row_bytes + byte, 0, 3);
+      }
+    }
+  }
+};
+
 void check_dy(const CompressedNm& dy) {
   NMS_CHECK(dy.axis == NmAxis::kCols,
             "nm_wgrad: dY must be compressed along tokens (axis cols: groups run down each "
@@ -105,7 +144,8 @@ bool use_gemm_kernel(NmWgradKernel kernel, Isa isa, int64_t tokens, int64_t in, 
 // 112.6, 512 x 4096 -> 4096 131.0 / 123.6 / 118.1, 512 x 784 -> 4096 26.1 / 27.9 / 25.3; T 8192 x
 // 768 -> 3072 at 1:4 150.1 / - / 148.6, 4:8 269.1 / - / 277.8, 8:16 271.1 / - / 277.9. Narrow X
 // (the vision transformer's 192 features) is kernel A's: 6400 x 192 -> 768 15.1 / 20.5 / 20.9, 6400
-// x 192 -> 576 11.0 / 15.1 / 16.2, 6400 x 768 -> 192 15.9 / 14.9 / 16.8 (a second run).
+// x 192 -> 576 11.0 / 15.1 / 16.2, 6400 x 768 -> 192 15.9 / 14.9 / 16.8 (a second run), and kernel
+// A's direct micro-tile (m = 4) has since taken 6400 x 192 -> 768 to 13.5 ms.
 bool use_permute_kernel(NmWgradKernel kernel, NmPattern pattern, int64_t in) {
   if (detail::kLaneChunk % pattern.m != 0) return false;
   if (kernel == NmWgradKernel::kAuto) {
@@ -291,14 +331,21 @@ void nm_wgrad(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw, NmWgra
   detail::WgradTileFn tile_fn = detail::wgrad_tile_scalar;
   detail::WgradDecodeFn decode_fn = detail::wgrad_decode_scalar;
 #if defined(NMS_HAVE_AVX512_KERNELS)
+  // m = 4 with 1 or 2 kept (2-bit indices, 2:4 and 1:4): the direct micro-tile reads dY's
+  // compression as it is, with no decoding pass (wgrad_kernels.h).
+  const bool direct = isa == Isa::kAvx512 && m == 4 && n <= 2;
   if (isa == Isa::kAvx512) {
-    tile_fn = detail::wgrad_tile_avx512;
+    tile_fn = direct ? detail::wgrad_tile_m4_avx512 : detail::wgrad_tile_avx512;
     decode_fn = detail::wgrad_decode_avx512;
   } else if (isa == Isa::kAvx2) {
     tile_fn = detail::wgrad_tile_avx2;  // the scalar decoder: decoding is a small share here
   }
+#else
+  constexpr bool direct = false;
 #endif
   (void)isa;
+  static_assert(kKBlockTarget / 4 * 2 <= detail::kWgradDirectMaxSlots, "a direct K-block, m = 4");
+  const DirectRows direct_rows(dy);
 
   // Work items own disjoint blocks of dW. Splitting the rows makes every item pack all of X
   // (T · in floats), splitting the columns makes every item decode all of dY (T · out · n/m
@@ -353,7 +400,7 @@ void nm_wgrad(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw, NmWgra
       for (int64_t bc = b0; bc < b1; bc += kChunkTiles) {
         const int64_t bc_end = std::min(b1, bc + kChunkTiles);
         // Decode the chunk's rows of dYᵀ for this K-block into packed tiles.
-        for (int64_t b = bc; b < bc_end; ++b) {
+        for (int64_t b = bc; b < bc_end && !direct; ++b) {
           for (int r = 0; r < kWgradRowTile; ++r) {
             const int64_t o = b * kWgradRowTile + r;
             const int64_t at = (b - bc) * kWgradTileWords + r * detail::kWgradSlotStride;
@@ -400,6 +447,7 @@ void nm_wgrad(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw, NmWgra
               ta.decay_ld_keep = decay->keep_ld;
               ta.decay = decay->lambda;
             }
+            if (direct) direct_rows.set(row, s0, ns, p == p0, ta);
             ta.next_c = nullptr;
             if (b + 1 < bc_end) {
               ta.next_c = dw.row(row + kWgradRowTile) + col;

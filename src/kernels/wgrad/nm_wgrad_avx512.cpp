@@ -8,7 +8,8 @@
 // L2/L3. On the development Xeon a zmm FMA with a zmm load operand sustains ~4.4-4.7 G/s against
 // 7.0 G/s register-only, so this mix (one 64-byte load per FMA) peaks near 110 useful GFLOP/s in
 // L1 for every tile shape tried (6x64, 4x96, 3x128, 2x192); 3 x 128 halves the scalar loads per
-// FMA of 6 x 64.
+// FMA of 6 x 64. The direct form (m = 4) is the same tile without the decoded tile: see
+// tile_direct.
 // Decoder: 16 slots per step; the index window (at most 13 bytes for 6-bit indices) is broadcast
 // to the four 128-bit lanes and vpshufb moves each slot's two bytes into its dword, vpsrlvd and a
 // mask extract the index, and the token offset adds the precomputed group start.
@@ -41,10 +42,15 @@ inline void step(const float* vals, const int32_t* offs, int s, const char* base
 }
 
 template <int NV>
-void tile(const WgradTileArgs& t) {
+inline __mmask16 last_vector_mask(const WgradTileArgs& t) {
   const int last = t.cols - 16 * (NV - 1);  // 1..16 columns in the last vector
-  const auto last_mask = static_cast<__mmask16>(last >= 16 ? 0xFFFFu : (1u << last) - 1u);
-  __m512 acc[kWgradRowTile][NV];
+  return static_cast<__mmask16>(last >= 16 ? 0xFFFFu : (1u << last) - 1u);
+}
+
+// The accumulators' start: C, or for a first block 0 / the decay term.
+template <int NV>
+inline void load_tile(const WgradTileArgs& t, __m512 (&acc)[kWgradRowTile][NV]) {
+  const __mmask16 last_mask = last_vector_mask<NV>(t);
 #pragma GCC unroll 16
   for (int r = 0; r < kWgradRowTile; ++r) {
 #pragma GCC unroll 16
@@ -61,18 +67,11 @@ void tile(const WgradTileArgs& t) {
       }
     }
   }
-  const auto* base = reinterpret_cast<const char*>(t.panel);
-  int s = 0;
-  if (t.next_c != nullptr) {
-    const int pre = t.slots < t.next_rows ? t.slots : t.next_rows;
-    for (; s < pre; ++s) {
-      const auto* pf = reinterpret_cast<const char*>(t.next_c + s * t.ldc);
-#pragma GCC unroll 16
-      for (int v = 0; v < NV; ++v) _mm_prefetch(pf + 64 * v, _MM_HINT_T0);
-      step<NV>(t.vals, t.offs, s, base, acc);
-    }
-  }
-  for (; s < t.slots; ++s) step<NV>(t.vals, t.offs, s, base, acc);
+}
+
+template <int NV>
+inline void store_tile(const WgradTileArgs& t, const __m512 (&acc)[kWgradRowTile][NV]) {
+  const __mmask16 last_mask = last_vector_mask<NV>(t);
 #pragma GCC unroll 16
   for (int r = 0; r < kWgradRowTile; ++r) {
     if (r >= t.rows) break;
@@ -81,6 +80,98 @@ void tile(const WgradTileArgs& t) {
       const __mmask16 k = v == NV - 1 ? last_mask : static_cast<__mmask16>(0xFFFFu);
       _mm512_mask_storeu_ps(t.c + r * t.ldc + 16 * v, k, acc[r][v]);
     }
+  }
+}
+
+// Prefetches row `row` of the next tile's C (if it has one) into L1.
+template <int NV>
+inline void prefetch_next_c(const WgradTileArgs& t, int row) {
+  if (t.next_c == nullptr || row >= t.next_rows) return;
+  const auto* pf = reinterpret_cast<const char*>(t.next_c + row * t.ldc);
+#pragma GCC unroll 16
+  for (int v = 0; v < NV; ++v) _mm_prefetch(pf + 64 * v, _MM_HINT_T0);
+}
+
+template <int NV>
+void tile(const WgradTileArgs& t) {
+  __m512 acc[kWgradRowTile][NV];
+  load_tile<NV>(t, acc);
+  const auto* base = reinterpret_cast<const char*>(t.panel);
+  int s = 0;
+  if (t.next_c != nullptr) {
+    const int pre = t.slots < t.next_rows ? t.slots : t.next_rows;
+    for (; s < pre; ++s) {
+      prefetch_next_c<NV>(t, s);
+      step<NV>(t.vals, t.offs, s, base, acc);
+    }
+  }
+  for (; s < t.slots; ++s) step<NV>(t.vals, t.offs, s, base, acc);
+  store_tile<NV>(t, acc);
+}
+
+// The direct form (m = 4, N slots per group): per group g the panel rows of its 4 tokens start
+// at panel + g · 4 rows; each slot takes its 2-bit index from the row's index word (and, shift,
+// add: integer ports, which the load-bound loop leaves idle) instead of a decoded offset, and its
+// value straight from the compressed row. Against the decoded tile this drops the decoder (15 %
+// of kernel A's time at T 6400 x 192 -> 768 under perf) and one scalar load per slot and row:
+// 16.1-18.6 -> 13.5 ms there (1.26-1.30x -> 1.49-1.50x of OpenBLAS; Zen 4, one thread,
+// `bench_wgrad --benchmark_filter='BM_NmWgrad/0/5/1/0'`).
+template <int NV, int N>
+void tile_direct(const WgradTileArgs& t) {
+  alignas(64) static const float kZeros[kWgradDirectMaxSlots] = {};
+  __m512 acc[kWgradRowTile][NV];
+  load_tile<NV>(t, acc);
+  const float* vals[kWgradRowTile];
+  uint64_t words[kWgradRowTile];
+#pragma GCC unroll 16
+  for (int r = 0; r < kWgradRowTile; ++r) {
+    vals[r] = r < t.rows ? t.row_values[r] : kZeros;
+    words[r] = r < t.rows ? t.row_indices[r] : 0;
+  }
+  constexpr int kRowBytes = kWgradPanelBytes;
+  const auto* group_rows = reinterpret_cast<const char*>(t.panel);
+  const int groups = t.slots / N;
+  for (int g = 0; g < groups; ++g, group_rows += 4 * kRowBytes) {
+    if (g < kWgradRowTile) prefetch_next_c<NV>(t, g);
+#pragma GCC unroll 4
+    for (int j = 0; j < N; ++j) {
+#pragma GCC unroll 16
+      for (int r = 0; r < kWgradRowTile; ++r) {
+        const __m512 w = _mm512_set1_ps(vals[r][g * N + j]);
+        const auto* xr = reinterpret_cast<const float*>(
+            group_rows + static_cast<size_t>(words[r] & 3u) * kRowBytes);
+        words[r] >>= 2;
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; ++v) {
+          acc[r][v] = _mm512_fmadd_ps(w, _mm512_load_ps(xr + 16 * v), acc[r][v]);
+        }
+      }
+    }
+  }
+  // Rows of the next tile not prefetched yet (fewer groups than rows).
+  for (int g = groups; g < kWgradRowTile; ++g) prefetch_next_c<NV>(t, g);
+  store_tile<NV>(t, acc);
+}
+
+template <int N>
+void tile_direct_for_cols(const WgradTileArgs& t) {
+  switch ((t.cols + 15) / 16) {
+    case 1:
+      return tile_direct<1, N>(t);
+    case 2:
+      return tile_direct<2, N>(t);
+    case 3:
+      return tile_direct<3, N>(t);
+    case 4:
+      return tile_direct<4, N>(t);
+    case 5:
+      return tile_direct<5, N>(t);
+    case 6:
+      return tile_direct<6, N>(t);
+    case 7:
+      return tile_direct<7, N>(t);
+    default:
+      return tile_direct<8, N>(t);
   }
 }
 
@@ -150,6 +241,12 @@ void wgrad_lane_piece_avx512(const float* vals, const int32_t* offs, int slots, 
     }
   }
   _mm_sfence();  // the streamed lines ordered before the caller's synchronisation
+}
+
+void wgrad_tile_m4_avx512(const WgradTileArgs& t) {
+  static_assert(kWgradPanel == 128, "tile_direct_for_cols covers 8 vectors");
+  if (t.n == 1) return tile_direct_for_cols<1>(t);
+  return tile_direct_for_cols<2>(t);
 }
 
 void wgrad_tile_avx512(const WgradTileArgs& t) {

@@ -83,6 +83,13 @@ struct WgradTileArgs {
   int64_t decay_ld_w;
   int64_t decay_ld_keep;
   float decay;
+  // The direct form (wgrad_tile_m4_avx512 only), which replaces vals / offs: row r's values are
+  // row_values[r][0 .. slots) (the kCols compression of dY from the block's first slot) and its
+  // 2-bit in-group indices are row_indices[r] (slot s at bits 2s, 2s + 1); slot s's token in the
+  // block is (s / n) · 4 + index. Rows >= `rows` are not read.
+  const float* row_values[kWgradRowTile];
+  uint64_t row_indices[kWgradRowTile];
+  int n;
 };
 
 // The start value of C(r, j) for a first block (the decay term or 0).
@@ -98,5 +105,12 @@ using WgradTileFn = void (*)(const WgradTileArgs& t);
 void wgrad_tile_scalar(const WgradTileArgs& t);
 void wgrad_tile_avx2(const WgradTileArgs& t);
 void wgrad_tile_avx512(const WgradTileArgs& t);
+
+// The same micro-tile in the direct form, for m = 4 and n = 1 or 2 (2-bit indices): no decoded
+// tile and no offset loads, each slot's panel row is found from its index bits in registers.
+// slots <= 32 (a 64-token K-block). Bitwise the same result as wgrad_tile_scalar on the decoded
+// tile.
+inline constexpr int kWgradDirectMaxSlots = 32;
+void wgrad_tile_m4_avx512(const WgradTileArgs& t);
 
 }  // namespace nms::detail

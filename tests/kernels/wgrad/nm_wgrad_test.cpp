@@ -172,6 +172,13 @@ TEST(NmWgrad, TokenBlockEdges) {
   for (int64_t tokens : {4, 60, 64, 68, 128, 132, 196}) {
     check_case({tokens, 70, 13, {2, 4}}, seed++, /*pad=*/3);
   }
+  // 1:4 and 2:4 run kPanels' direct micro-tile at AVX-512: index words read from the compressed
+  // rows, the last block's word cut at the end of the row (T 68: 1 or 2 bytes), tail tiles of 1
+  // and 2 rows (out 13, 14) in both panels (in 200).
+  for (int64_t tokens : {4, 64, 68, 132, 200}) {
+    check_case({tokens, 200, 14, {1, 4}}, seed++, /*pad=*/1);
+    check_case({tokens, 200, 14, {2, 4}}, seed++);
+  }
   for (int64_t tokens : {63, 70, 126, 133}) check_case({tokens, 20, 7, {3, 7}}, seed++, 1);
   for (int64_t tokens : {60, 72, 120, 132}) check_case({tokens, 20, 5, {5, 12}}, seed++, 1);
   for (int64_t tokens : {64, 128, 192, 320}) check_case({tokens, 17, 8, {5, 64}}, seed++);
