@@ -26,7 +26,7 @@ std::vector<int64_t> make_order(int64_t rows, int kind) {
 }
 
 TEST(Transpose, MatchesDefinitionAtEveryLevelAndSize) {
-  const std::vector<int64_t> sizes{1, 7, 8, 15, 16, 17, 33, 64, 65, 100};
+  const std::vector<int64_t> sizes{1, 7, 8, 15, 16, 17, 33, 64, 65, 100, 128, 131};
   for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
     if (isa > isa_supported()) continue;
     ScopedIsa scoped(isa);
