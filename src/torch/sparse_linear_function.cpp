@@ -182,8 +182,9 @@ SharedBits share(BitMask&& bits) {
 
 // Step 1 of the file comment: updates the layer's mask buffers when due and records in `state`
 // the masks this call uses (the buffers cloned, so that later steps do not change a pending
-// backward, or for transposable weights the snapshot kept per held mask; on the kernel path also
-// as bits, computed or converted from the buffers).
+// backward, or for transposable weights the snapshot kept per held mask, or for Bi-Mask on the
+// kernel path a new M_f storage and no M_b bytes; on the kernel path also as bits, computed or
+// converted from the buffers).
 void update_masks(SparseLinearImpl& layer, bool training, StepState& state) {
   const SparseLinearConfig& config = layer.config();
   if (config.weights == WeightMode::kDense) return;
@@ -199,6 +200,7 @@ void update_masks(SparseLinearImpl& layer, bool training, StepState& state) {
   const ConstMatrixViewF wv = const_view(w);
   SharedBits fwd_bits;
   SharedBits bwd_bits;
+  torch::Tensor fresh_fwd;  // bimask, kernel path: this call's M_f, already the buffer's storage
   {
     ProfileTimer timer(g_profile.mask_update);
     switch (config.weights) {
@@ -243,7 +245,16 @@ void update_masks(SparseLinearImpl& layer, bool training, StepState& state) {
           fwd_bits = share(mask_nm_magnitude(wv, pattern));
           bwd_bits = share(bimask_backward(wv, *fwd_bits, pattern, perm));
         }
-        bits_to_tensor(*fwd_bits, layer.mask_fwd);
+        if (config.path == ExecPath::kKernels) {
+          // M_f goes to a new tensor that becomes the buffer's storage, and this call keeps it
+          // without a clone: a later call replaces the storage instead of writing into it (one
+          // 16 MB copy less per step for a 4096 x 4096 layer).
+          fresh_fwd = torch::empty_like(layer.mask_fwd);
+          bits_to_tensor(*fwd_bits, fresh_fwd);
+          layer.mask_fwd.set_(fresh_fwd);
+        } else {
+          bits_to_tensor(*fwd_bits, layer.mask_fwd);
+        }
         bits_to_tensor(*bwd_bits, layer.mask_bwd);
         break;
     }
@@ -277,8 +288,11 @@ void update_masks(SparseLinearImpl& layer, bool training, StepState& state) {
     // M_b = M_f for transposable masks (the refresh writes both).
     state.mask_fwd = state.mask_bwd = SparseLinearAccess::workspace(layer).mask_snapshot;
   } else {
-    state.mask_fwd = layer.mask_fwd.clone();
-    state.mask_bwd = layer.mask_bwd.clone();
+    state.mask_fwd = fresh_fwd.defined() ? fresh_fwd : layer.mask_fwd.clone();
+    // Bi-Mask's backward on the kernel path reads M_b as bits only (state.bwd_bits).
+    const bool bwd_as_bits =
+        config.weights == WeightMode::kBiMask && config.path == ExecPath::kKernels;
+    if (!bwd_as_bits) state.mask_bwd = layer.mask_bwd.clone();
   }
   state.fwd_bits = std::move(fwd_bits);
   state.bwd_bits = std::move(bwd_bits);

@@ -352,6 +352,46 @@ TEST(SparseLinear, HeldTransposableMaskFollowsEditsOfTheBuffer) {
   }
 }
 
+// Bi-Mask on the kernel path keeps each call's M_f as a new buffer storage (no clone) and M_b as
+// bits only. Two forwards before one backward (gradient accumulation), with a permutation search
+// at every step so the second forward changes the backward mask: the kernel path must give the
+// reference path's gradients (which clones both masks per call), and the buffers must end equal.
+TEST(SparseLinear, BiMaskCallsKeepTheirOwnMasksUntilTheirBackward) {
+  torch::manual_seed(9);
+  SparseLinear ref(32, 16);
+  SparseLinear ker(32, 16);
+  {
+    torch::NoGradGuard no_grad;
+    ker->weight.copy_(ref->weight);
+    ker->bias.copy_(ref->bias);
+  }
+  for (auto [layer, path] : {std::pair{&ref, ExecPath::kReference}, {&ker, ExecPath::kKernels}}) {
+    SparseLinearConfig config = make_config(WeightMode::kBiMask, GradMode::kDense, {2, 4}, path);
+    config.bimask_every = 1;
+    (*layer)->configure(config);
+  }
+  const torch::Tensor x1 = torch::randn({8, 32});
+  const torch::Tensor x2 = torch::randn({8, 32});
+  const torch::Tensor r = torch::randn({8, 16});
+  std::vector<torch::Tensor> dx, dw, perms;
+  for (SparseLinear* layer : {&ref, &ker}) {
+    torch::Tensor a = x1.clone().requires_grad_(true);
+    torch::Tensor b = x2.clone().requires_grad_(true);
+    const torch::Tensor y1 = (*layer)->forward(a);
+    perms.push_back((*layer)->perm.clone());
+    const torch::Tensor y2 = (*layer)->forward(b);
+    ((y1 + y2) * r).sum().backward();
+    dx.push_back(a.grad() + b.grad());
+    dw.push_back((*layer)->weight.grad());
+  }
+  EXPECT_TRUE(torch::equal(perms[0], perms[1]));
+  EXPECT_FALSE(torch::equal(perms[1], ker->perm));  // the second call searched again
+  EXPECT_TRUE(torch::equal(ref->mask_fwd, ker->mask_fwd));
+  EXPECT_TRUE(torch::equal(ref->mask_bwd, ker->mask_bwd));
+  EXPECT_TRUE(torch::allclose(dx[0], dx[1], 1e-5, 1e-5));
+  EXPECT_TRUE(torch::allclose(dw[0], dw[1], 1e-5, 1e-5));
+}
+
 // MVUE through the layer: over K steps (a fresh draw each) the mean weight gradient is the dense
 // one. Each element's mean must lie within 5 standard errors (sample SD / sqrt(K)) of the dense
 // value; for 64 elements a false alarm has probability < 64 · 5.8e-7 under normality (K = 400 draws
