@@ -138,8 +138,9 @@ void tile_direct(const WgradTileArgs& t) {
 #pragma GCC unroll 16
       for (int r = 0; r < kWgradRowTile; ++r) {
         const __m512 w = _mm512_set1_ps(vals[r][g * N + j]);
-        const auto* xr = reinterpret_cast<const float*>(
-            group_rows + static_cast<size_t>(words[r] & 3u) * kRowBytes);
+        const char* row = group_rows + static_cast<size_t>(words[r] & 3u) * kRowBytes;
+        __asm__("" : "+r"(row));  // base + displacement operands, as in step()
+        const auto* xr = reinterpret_cast<const float*>(row);
         words[r] >>= 2;
 #pragma GCC unroll 16
         for (int v = 0; v < NV; ++v) {
