@@ -25,7 +25,9 @@
 // RNG keyed by (seed, layer stream, step)): `reference` masks dense tensors and calls LibTorch
 // GEMMs (any float dtype, used as the oracle); `kernels` compresses the operands and runs nm_gemm /
 // nm_wgrad (fp32). Masks live in buffers (mask_fwd, mask_bwd as uint8, perm, step and mask_step as
-// int64), so a module's state_dict / checkpoint carries them.
+// int64), so a module's state_dict / checkpoint carries them. Bi-Mask on the kernel path gives
+// mask_fwd a new storage at every training forward (the call keeps the old one for its backward):
+// hold the tensor, not a pointer to its data.
 #pragma once
 
 #include <torch/torch.h>
