@@ -114,7 +114,7 @@ void tile(const WgradTileArgs& t) {
 // add: integer ports, which the load-bound loop leaves idle) instead of a decoded offset, and its
 // value straight from the compressed row. Against the decoded tile this drops the decoder (15 %
 // of kernel A's time at T 6400 x 192 -> 768 under perf) and one scalar load per slot and row:
-// 16.1-18.6 -> 13.5 ms there (1.26-1.30x -> 1.49-1.50x of OpenBLAS; Zen 4, one thread,
+// 16.1-18.6 -> 13.5 ms there (1.15-1.26x -> 1.49x of OpenBLAS; Zen 4, one thread,
 // `bench_wgrad --benchmark_filter='BM_NmWgrad/0/5/1/0'`).
 template <int NV, int N>
 void tile_direct(const WgradTileArgs& t) {
