@@ -119,8 +119,8 @@ void BM_NmGemmPackMasked(benchmark::State& state) {
 }
 
 // The backward-data operand (P W)ᵀ each step (arg 1: 0 transpose_into then pack, 1 packed from W
-// through the register-transposed stage; arg 2: 1 with a row permutation, as Bi-Mask), the
-// broadcast kernel's entries.
+// through the register-transposed stage; arg 2: 1 with a row permutation, as Bi-Mask; arg 3: the
+// form, 0 the broadcast kernel's entries, 1 the permute kernel's lanes).
 void BM_NmGemmPackTransposed(benchmark::State& state) {
   set_num_threads(1);
   const NmPattern p{2, 4};
@@ -133,16 +133,18 @@ void BM_NmGemmPackTransposed(benchmark::State& state) {
   Matrix t(k, k);
   transpose_into(w.view(), t.view(), order);
   const BitMask mask_t = mask_nm_magnitude(t.view(), p);
-  ScopedNmGemmKernel kernel(NmGemmKernel::kBroadcast);
+  ScopedNmGemmKernel kernel(state.range(3) == 0 ? NmGemmKernel::kBroadcast
+                                                : NmGemmKernel::kPermute);
   NmGemmOperand op;
   for (auto _ : state) {
     if (state.range(1) == 0) {
       transpose_into(w.view(), t.view(), order);
       nm_gemm_pack_masked_into(t.view(), mask_t, p, op);
     } else {
-      nm_gemm_pack_masked_transposed_into(w.view(), order, mask_t, p, op, t);
+      nm_gemm_pack_masked_transposed_into(w.view(), order, mask_t, p, op);
     }
     benchmark::DoNotOptimize(op.packed.data());
+    benchmark::DoNotOptimize(op.lane_values.data());
   }
   set_bytes(state, w);
 }
@@ -170,7 +172,7 @@ BENCHMARK(BM_PackMaskedReuse)->Apply(patterns)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_PackReuse)->Apply(patterns)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_NmGemmPackMasked)->Args({4096, 0})->Args({4096, 1})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_NmGemmPackTransposed)
-    ->ArgsProduct({{4096}, {0, 1}, {0, 1}})
+    ->ArgsProduct({{4096}, {0, 1}, {0, 1}, {0, 1}})
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -100,8 +100,8 @@ inline void transpose8x8(__m256 r[8]) {
 }  // namespace
 
 bool nm_gemm_pack_lanes24x8_avx512(const float* const rows[8], const uint64_t* const mask_rows[8],
-                                   int64_t c_begin, int64_t c_end, int64_t depth, int64_t l0,
-                                   float* stage_values, int32_t* stage_lanes) {
+                                   int64_t c_begin, int64_t c_end, int64_t depth, int64_t origin,
+                                   int64_t l0, float* stage_values, int32_t* stage_lanes) {
   const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   for (int64_t c = c_begin; c < c_end; ++c) {
     const int64_t col = c * 16;
@@ -122,7 +122,7 @@ bool nm_gemm_pack_lanes24x8_avx512(const float* const rows[8], const uint64_t* c
       // groups compress to value 0, lane 0.
       const auto pack = static_cast<__mmask16>(packs);
       values[l] = _mm512_castps512_ps256(_mm512_maskz_compress_ps(
-          pack, _mm512_maskz_loadu_ps(static_cast<__mmask16>(bits), rows[l] + col)));
+          pack, _mm512_maskz_loadu_ps(static_cast<__mmask16>(bits), rows[l] + (col - origin))));
       lanes[l] =
           _mm256_castsi256_ps(_mm512_castsi512_si256(_mm512_maskz_compress_epi32(pack, iota)));
     }

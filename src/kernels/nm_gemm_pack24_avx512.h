@@ -24,13 +24,14 @@ bool nm_gemm_pack_run24_avx512(const float* const rows[kNmGemmTileRows],
 // Rows l0 .. l0 + 7 of a block of the lane form (nm_gemm_lanes_layout.h; l0 a multiple of 8),
 // chunks [c_begin, c_end) of a 2:4 operand of `depth` columns, into the stage (32-byte aligned):
 // slot s of chunk c, row l at stage[((c - c_begin) · 8 + s) · 32 + l] (values and lanes). rows[k]
-// and mask_rows[k] are row l0 + k of A and its mask words; a null row is a padding row (values 0,
-// lanes 0). Per chunk the eight rows' compressed slots are transposed in registers (8 x 8, values
-// and lanes), so each slot is one 32-byte store; two 8-element scatters per row and chunk took
-// 20.9 ms at 4096 x 4096 (entries form: 12.6 ms). Returns false, the stage partly written, when
-// a group keeps more than 2.
+// points at column `origin` of row l0 + k of A (its columns from origin on, up to c_end · 16, are
+// read) and mask_rows[k] at the row's mask words (absolute columns); a null row is a padding row
+// (values 0, lanes 0). Per chunk the eight rows' compressed slots are transposed in registers (8 x
+// 8, values and lanes), so each slot is one 32-byte store; two 8-element scatters per row and chunk
+// took 20.9 ms at 4096 x 4096 (entries form: 12.6 ms). Returns false, the stage partly written,
+// when a group keeps more than 2.
 bool nm_gemm_pack_lanes24x8_avx512(const float* const rows[8], const uint64_t* const mask_rows[8],
-                                   int64_t c_begin, int64_t c_end, int64_t depth, int64_t l0,
-                                   float* stage_values, int32_t* stage_lanes);
+                                   int64_t c_begin, int64_t c_end, int64_t depth, int64_t origin,
+                                   int64_t l0, float* stage_values, int32_t* stage_lanes);
 
 }  // namespace nms::detail

@@ -22,7 +22,6 @@
 #include "nmsparse/core/error.h"
 #include "nmsparse/core/isa.h"
 #include "nmsparse/kernels/nm_gemm.h"
-#include "nmsparse/kernels/transpose.h"
 #ifdef NMS_HAVE_AVX512_KERNELS
 #include "kernels/nm_gemm_pack24_avx2.h"
 #include "kernels/nm_gemm_pack24_avx512.h"
@@ -248,6 +247,83 @@ void pack_tiles(ConstMatrixViewF a, const BitMask& mask, int n, int m,
 // the packer took 21-89 ms at 4096 x 4096, 2:4, one thread (13-14 ms for the entries form).
 constexpr int64_t kLaneStageChunks = 16;
 
+// The lane form's slots of chunks [c_begin, c_end) for rows [row0, row0 + 32) of A (one block;
+// rows from rows_end on are padding: value 0, lane 0) into the stage: slot s of chunk c, row l at
+// stage[((c - c_begin) · per_chunk + s) · 32 + l], values and in-chunk lanes. row_at(r) points at
+// column c_begin · 16 of row r < rows_end; the mask's words are A's (absolute columns). Returns
+// false at an over-full group, the stage partly written.
+template <int kN, int kM, class RowAt>
+bool stage_lane_chunks(RowAt&& row_at, const BitMask& mask, int64_t row0, int64_t rows_end,
+                       int64_t depth, int n, int m, int64_t c_begin, int64_t c_end,
+                       int64_t per_chunk, float* stage_v, int32_t* stage_x) {
+  const int nn = kN > 0 ? kN : n;
+  const int mm = kM > 0 ? kM : m;
+  const uint64_t group_mask = (uint64_t{1} << mm) - 1;  // m divides 16
+  const int64_t origin = c_begin * detail::kLaneChunk;
+#ifdef NMS_HAVE_AVX512_KERNELS
+  // nm_gemm_lanes_for: the lane form is packed at the AVX-512 level only. Eight rows at a time.
+  if (kN == 2 && kM == 4) {
+    for (int64_t l0 = 0; l0 < detail::kLaneRows; l0 += 8) {
+      const float* rows[8];
+      const uint64_t* mask_rows[8];
+      for (int k = 0; k < 8; ++k) {
+        const int64_t r = row0 + l0 + k;
+        rows[k] = r < rows_end ? row_at(r) : nullptr;
+        mask_rows[k] = r < rows_end ? mask.row_words(r) : nullptr;
+      }
+      if (!detail::nm_gemm_pack_lanes24x8_avx512(rows, mask_rows, c_begin, c_end, depth, origin, l0,
+                                                 stage_v, stage_x)) {
+        return false;
+      }
+    }
+    return true;
+  }
+#endif
+  for (int64_t l = 0; l < detail::kLaneRows; ++l) {
+    const int64_t r = row0 + l;
+    const float* row = r < rows_end ? row_at(r) : nullptr;
+    for (int64_t c = c_begin; c < c_end; ++c) {
+      const int64_t c0 = c * detail::kLaneChunk;
+      const int cols = static_cast<int>(std::min<int64_t>(detail::kLaneChunk, depth - c0));
+      float* v = stage_v + (c - c_begin) * per_chunk * detail::kLaneRows;
+      int32_t* x = stage_x + (c - c_begin) * per_chunk * detail::kLaneRows;
+      int64_t s = 0;
+      if (row != nullptr) {
+        const uint64_t bits = row_bits(mask.row_words(r), c0, cols);
+        for (int gi = 0; gi < cols / mm; ++gi, s += nn) {
+          const int lane0 = gi * mm;
+          const bool ok =
+              pack_group_row<kN, kM>(row + (c0 - origin) + lane0, (bits >> lane0) & group_mask, nn,
+                                     [&](int j, float value, int in_group) {
+                                       v[(s + j) * detail::kLaneRows + l] = value;
+                                       x[(s + j) * detail::kLaneRows + l] = lane0 + in_group;
+                                     });
+          if (!ok) return false;
+        }
+      }
+      // Padding rows, and a partial last chunk's slots past its groups (never read): 0, lane 0.
+      for (; s < per_chunk; ++s) {
+        v[s * detail::kLaneRows + l] = 0.0f;
+        x[s * detail::kLaneRows + l] = 0;
+      }
+    }
+  }
+  return true;
+}
+
+// Copies `count` staged slots (a multiple of 32) to the operand at `offset`.
+void copy_lane_stage(const float* stage_v, const int32_t* stage_x, int64_t count, float* values,
+                     int32_t* index, int64_t offset, bool stream) {
+  if (stream) {
+    stream_copy(values + offset, stage_v, count);
+    stream_copy(reinterpret_cast<float*>(index + offset), reinterpret_cast<const float*>(stage_x),
+                count);
+  } else {
+    std::memcpy(values + offset, stage_v, count * sizeof(float));
+    std::memcpy(index + offset, stage_x, count * sizeof(int32_t));
+  }
+}
+
 // The permute kernel's lane form of rows [32 b, 32 b + 32) (nm_gemm_lanes_layout.h), staged
 // kLaneStageChunks chunks at a time and copied out (streamed when `stream`). An over-full group
 // sets `failed` and ends the block.
@@ -255,78 +331,19 @@ template <int kN, int kM>
 void pack_lane_block(ConstMatrixViewF a, const BitMask& mask, int n, int m,
                      const detail::NmGemmLaneLayout& lanes, float* values, int32_t* index,
                      bool stream, std::atomic<bool>& failed, int64_t b) {
-  const int nn = kN > 0 ? kN : n;
-  const int mm = kM > 0 ? kM : m;
-  const uint64_t group_mask = (uint64_t{1} << mm) - 1;  // m divides 16
-  const int64_t per_chunk = lanes.slots_per_chunk;
   constexpr int64_t kStageFloats = kLaneStageChunks * detail::kLaneChunk * detail::kLaneRows;
   alignas(64) float stage_v[kStageFloats];
   alignas(64) int32_t stage_x[kStageFloats];
   for (int64_t c_begin = 0; c_begin < lanes.chunks; c_begin += kLaneStageChunks) {
     const int64_t c_end = std::min(lanes.chunks, c_begin + kLaneStageChunks);
-#ifdef NMS_HAVE_AVX512_KERNELS
-    // nm_gemm_lanes_for: the lane form is packed at the AVX-512 level only. Eight rows at a time.
-    if (kN == 2 && kM == 4) {
-      for (int64_t l0 = 0; l0 < detail::kLaneRows; l0 += 8) {
-        const float* rows[8];
-        const uint64_t* mask_rows[8];
-        for (int k = 0; k < 8; ++k) {
-          const int64_t r = b * detail::kLaneRows + l0 + k;
-          rows[k] = r < a.rows() ? a.row(r) : nullptr;
-          mask_rows[k] = r < a.rows() ? mask.row_words(r) : nullptr;
-        }
-        if (!detail::nm_gemm_pack_lanes24x8_avx512(rows, mask_rows, c_begin, c_end, a.cols(), l0,
-                                                   stage_v, stage_x)) {
-          failed.store(true, std::memory_order_relaxed);
-          return;
-        }
-      }
+    const auto row_at = [&](int64_t r) { return a.row(r) + c_begin * detail::kLaneChunk; };
+    if (!stage_lane_chunks<kN, kM>(row_at, mask, b * detail::kLaneRows, a.rows(), a.cols(), n, m,
+                                   c_begin, c_end, lanes.slots_per_chunk, stage_v, stage_x)) {
+      failed.store(true, std::memory_order_relaxed);
+      return;
     }
-#endif
-    for (int64_t l = 0; l < detail::kLaneRows; ++l) {
-      const int64_t r = b * detail::kLaneRows + l;
-#ifdef NMS_HAVE_AVX512_KERNELS
-      if (kN == 2 && kM == 4) break;  // packed above
-#endif
-      for (int64_t c = c_begin; c < c_end; ++c) {
-        const int64_t c0 = c * detail::kLaneChunk;
-        const int cols = static_cast<int>(std::min<int64_t>(detail::kLaneChunk, a.cols() - c0));
-        float* v = stage_v + (c - c_begin) * per_chunk * detail::kLaneRows;
-        int32_t* x = stage_x + (c - c_begin) * per_chunk * detail::kLaneRows;
-        int64_t s = 0;
-        if (r < a.rows()) {
-          const uint64_t bits = row_bits(mask.row_words(r), c0, cols);
-          for (int gi = 0; gi < cols / mm; ++gi, s += nn) {
-            const int lane0 = gi * mm;
-            const bool ok =
-                pack_group_row<kN, kM>(a.row(r) + c0 + lane0, (bits >> lane0) & group_mask, nn,
-                                       [&](int j, float value, int in_group) {
-                                         v[(s + j) * detail::kLaneRows + l] = value;
-                                         x[(s + j) * detail::kLaneRows + l] = lane0 + in_group;
-                                       });
-            if (!ok) {
-              failed.store(true, std::memory_order_relaxed);
-              return;
-            }
-          }
-        }
-        // Padding rows, and a partial last chunk's slots past its groups (never read): 0, lane 0.
-        for (; s < per_chunk; ++s) {
-          v[s * detail::kLaneRows + l] = 0.0f;
-          x[s * detail::kLaneRows + l] = 0;
-        }
-      }
-    }
-    const int64_t count = (c_end - c_begin) * per_chunk * detail::kLaneRows;  // a multiple of 32
-    float* dst_v = values + lanes.offset(b, c_begin, 0);
-    float* dst_x = reinterpret_cast<float*>(index + lanes.offset(b, c_begin, 0));
-    if (stream) {
-      stream_copy(dst_v, stage_v, count);
-      stream_copy(dst_x, reinterpret_cast<const float*>(stage_x), count);
-    } else {
-      std::memcpy(dst_v, stage_v, count * sizeof(float));
-      std::memcpy(dst_x, stage_x, count * sizeof(int32_t));
-    }
+    copy_lane_stage(stage_v, stage_x, (c_end - c_begin) * lanes.slots_per_chunk * detail::kLaneRows,
+                    values, index, lanes.offset(b, c_begin, 0), stream);
   }
   if (stream) _mm_sfence();
 }
@@ -483,6 +500,46 @@ void pack_transposed_item(ConstMatrixViewF w, std::span<const int64_t> order, co
   if (stream) _mm_sfence();
 }
 
+// The lane form of A = (P W)ᵀ without a transposed copy of W: item = (chunk c, segment of
+// kLaneSegmentBlocks blocks). The chunk's 16 rows of W (A's columns 16 c ..) are transposed,
+// by the segment's columns, into a stage of [A rows][16] (16 rows of 4 KB read side by side, as
+// the entries form's items), and each block's slots of that chunk are staged and copied out (1
+// KB of values and 1 KB of lanes per block at 2:4). transpose_into then pack_lanes wrote and read
+// back the whole transposed copy: 16.9 ms at 4096 x 4096 2:4 with a permutation, one thread,
+// Zen 4, against 9.4 ms for packing W itself.
+constexpr int64_t kLaneSegmentBlocks =
+    kTransposedStageFloats / detail::kLaneChunk / detail::kLaneRows;  // 32 blocks, 1024 rows
+
+template <int kN, int kM>
+void pack_lane_transposed_item(ConstMatrixViewF w, std::span<const int64_t> order,
+                               const BitMask& mask_t, int n, int m,
+                               const detail::NmGemmLaneLayout& lanes, float* values, int32_t* index,
+                               bool stream, Isa isa, std::atomic<bool>& failed, int64_t item) {
+  alignas(64) float stage[kTransposedStageFloats];
+  alignas(64) float stage_v[detail::kLaneChunk * detail::kLaneRows];
+  alignas(64) int32_t stage_x[detail::kLaneChunk * detail::kLaneRows];
+  const int64_t segments = (lanes.blocks + kLaneSegmentBlocks - 1) / kLaneSegmentBlocks;
+  const int64_t c = item / segments;
+  const int64_t b0 = item % segments * kLaneSegmentBlocks;
+  const int64_t b1 = std::min(lanes.blocks, b0 + kLaneSegmentBlocks);
+  const int64_t j0 = b0 * detail::kLaneRows;
+  const int64_t j1 = std::min(lanes.rows, b1 * detail::kLaneRows);
+  const int64_t col0 = c * detail::kLaneChunk;
+  const int64_t width = std::min(detail::kLaneChunk, lanes.depth - col0);
+  stage_transposed(w, order, j0, j1, col0, width, detail::kLaneChunk, isa, stage);
+  const auto row_at = [&](int64_t r) { return stage + (r - j0) * detail::kLaneChunk; };
+  const int64_t count = lanes.slots_per_chunk * detail::kLaneRows;
+  for (int64_t b = b0; b < b1; ++b) {
+    if (!stage_lane_chunks<kN, kM>(row_at, mask_t, b * detail::kLaneRows, lanes.rows, lanes.depth,
+                                   n, m, c, c + 1, lanes.slots_per_chunk, stage_v, stage_x)) {
+      failed.store(true, std::memory_order_relaxed);
+      return;
+    }
+    copy_lane_stage(stage_v, stage_x, count, values, index, lanes.offset(b, c, 0), stream);
+  }
+  if (stream) _mm_sfence();
+}
+
 void check_packable(int64_t rows, int64_t cols, const BitMask& mask, NmPattern pattern,
                     const char* what) {
   pattern.validate();
@@ -503,12 +560,12 @@ void set_shape(NmGemmOperand& dst, int64_t rows, int64_t depth, NmPattern patter
 // packer): 21 ms at 4096 x 4096, 2:4, one thread, against 13 ms for the entries form (27 ms with
 // the scalar group loop; bench_mask_pack --benchmark_filter=NmGemmPackMasked). Before, the lanes
 // came from the entries in a second pass that read them back from memory (37 ms more per training
-// step of the 4096 MLP, and 64 MB more per operand).
-void pack_lanes(ConstMatrixViewF a, const BitMask& mask, NmPattern pattern, NmGemmOperand& dst) {
-  const int n = pattern.n;
-  const int m = pattern.m;
-  set_shape(dst, a.rows(), a.cols(), pattern);
-  const detail::NmGemmLaneLayout lanes(a.rows(), a.cols(), n, m);
+// step of the 4096 MLP, and 64 MB more per operand). `pack_items` items of
+// pack_item(kn, km, item, values, index, stream, failed).
+template <class PackItem>
+void pack_lanes(const BitMask& mask, NmPattern pattern, const detail::NmGemmLaneLayout& lanes,
+                int64_t pack_items, NmGemmOperand& dst, PackItem&& pack_item) {
+  set_shape(dst, lanes.rows, lanes.depth, pattern);
   const bool stream = lanes.total() >= kStreamFloats;  // as the entries form
   if (dst.lane_values.size() != lanes.total()) {
     dst.lane_values.resize_for_overwrite(lanes.total());
@@ -516,12 +573,11 @@ void pack_lanes(ConstMatrixViewF a, const BitMask& mask, NmPattern pattern, NmGe
   }
   std::atomic<bool> failed{false};
   with_pattern(pattern, [&](auto kn, auto km) {
-    detail::parallel_for(lanes.blocks, [&](int64_t b) {
-      pack_lane_block<kn(), km()>(a, mask, n, m, lanes, dst.lane_values.data(),
-                                  dst.lane_index.data(), stream, failed, b);
+    detail::parallel_for(pack_items, [&](int64_t item) {
+      pack_item(kn, km, item, dst.lane_values.data(), dst.lane_index.data(), stream, failed);
     });
   });
-  if (failed.load()) throw_first_overfull_group(mask, n, m);
+  if (failed.load()) throw_first_overfull_group(mask, pattern.n, pattern.m);
   dst.packed = AlignedBuffer<float>();
   dst.shared = AlignedBuffer<uint8_t>();
 }
@@ -556,7 +612,13 @@ void nm_gemm_pack_masked_into(ConstMatrixViewF a, const BitMask& mask, NmPattern
   const detail::NmGemmLayout lay(a.rows(), a.cols(), pattern.n, pattern.m,
                                  detail::nm_gemm_depth_block(pattern.m));
   if (detail::nm_gemm_lanes_for(pattern) && !tiles_share_columns(mask, lay)) {
-    pack_lanes(a, mask, pattern, dst);
+    const detail::NmGemmLaneLayout lanes(a.rows(), a.cols(), pattern.n, pattern.m);
+    pack_lanes(mask, pattern, lanes, lanes.blocks, dst,
+               [&](auto kn, auto km, int64_t b, float* values, int32_t* index, bool stream,
+                   std::atomic<bool>& failed) {
+                 pack_lane_block<kn(), km()>(a, mask, pattern.n, pattern.m, lanes, values, index,
+                                             stream, failed, b);
+               });
     return;
   }
   pack_entries(mask, pattern, lay, lay.tiles, dst,
@@ -569,16 +631,23 @@ void nm_gemm_pack_masked_into(ConstMatrixViewF a, const BitMask& mask, NmPattern
 
 void nm_gemm_pack_masked_transposed_into(ConstMatrixViewF w, std::span<const int64_t> order,
                                          const BitMask& mask_t, NmPattern pattern,
-                                         NmGemmOperand& dst, Matrix& scratch) {
+                                         NmGemmOperand& dst) {
   detail::check_row_order(order, w.rows(), "nm_gemm_pack_masked_transposed_into");
   const int64_t depth = order.empty() ? w.rows() : static_cast<int64_t>(order.size());
   check_packable(w.cols(), depth, mask_t, pattern, "transposed matrix");
   const detail::NmGemmLayout lay(w.cols(), depth, pattern.n, pattern.m,
                                  detail::nm_gemm_depth_block(pattern.m));
   if (detail::nm_gemm_lanes_for(pattern) && !tiles_share_columns(mask_t, lay)) {
-    if (scratch.rows() != w.cols() || scratch.cols() != depth) scratch = Matrix(w.cols(), depth);
-    transpose_into(w, scratch.view(), order);
-    pack_lanes(scratch.view(), mask_t, pattern, dst);
+    const detail::NmGemmLaneLayout lanes(w.cols(), depth, pattern.n, pattern.m);
+    const int64_t segments = (lanes.blocks + kLaneSegmentBlocks - 1) / kLaneSegmentBlocks;
+    const Isa isa = isa_active();
+    pack_lanes(mask_t, pattern, lanes, lanes.chunks * segments, dst,
+               [&](auto kn, auto km, int64_t item, float* values, int32_t* index, bool stream,
+                   std::atomic<bool>& failed) {
+                 pack_lane_transposed_item<kn(), km()>(w, order, mask_t, pattern.n, pattern.m,
+                                                       lanes, values, index, stream, isa, failed,
+                                                       item);
+               });
     return;
   }
   const TransposedItems items(lay);

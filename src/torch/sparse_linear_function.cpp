@@ -37,7 +37,6 @@ using SharedBits = std::shared_ptr<const BitMask>;
 // Buffers reused from step to step (one per layer): after the first step a kernel-path step
 // allocates only its output tensors.
 struct SparseLinearWorkspace {
-  Matrix weight_t;           // (P W)ᵀ, when the lane form is packed from a copy
   BitMask mask_t;            // (P M_b)ᵀ
   int64_t mask_t_step = -2;  // transposable: mask_step and mask_bwd version mask_t was made from
   int64_t mask_t_version = -1;
@@ -423,7 +422,7 @@ class SparseLinearFunction : public torch::autograd::Function<SparseLinearFuncti
         ws.mask_t_version = version;
       }
       nm_gemm_pack_masked_transposed_into(const_view(w), order, ws.mask_t, config.pattern,
-                                          ws.backward_operand, ws.weight_t);
+                                          ws.backward_operand);
       if (bimask) {
         const torch::Tensor perm =
             torch::from_blob(const_cast<int64_t*>(st.perm.data()),

@@ -71,8 +71,7 @@ void expect_equals_transpose_then_pack(const Source& s, const BitMask& mask_t, N
   NmGemmOperand want;
   nm_gemm_pack_masked_into(t.view(), mask_t, p, want);
   NmGemmOperand got;
-  Matrix scratch;
-  nm_gemm_pack_masked_transposed_into(s.view, s.order, mask_t, p, got, scratch);
+  nm_gemm_pack_masked_transposed_into(s.view, s.order, mask_t, p, got);
   testing::expect_same_operand(got, want);
 }
 
@@ -85,10 +84,10 @@ TEST(NmGemmPackTransposed, EqualsTransposeThenPack) {
       ScopedNmGemmKernel scoped_kernel(kernel);
       for (NmPattern p : {NmPattern{2, 4}, NmPattern{1, 4}, NmPattern{4, 8}, NmPattern{3, 7},
                           NmPattern{16, 32}}) {
-        // K around 16-row transposes and depth blocks (kc = 128 / m · m); C (A's rows) around
-        // tiles of 6 and stages of 48.
+        // K around 16-row transposes, lane chunks and depth blocks (kc = 128 / m · m); C (A's
+        // rows) around tiles of 6, stages of 48 and lane blocks of 32.
         for (int64_t groups : {1, 5, 32, 37, 70}) {
-          for (int64_t cols : {1, 5, 6, 16, 47, 48, 49, 100, 130}) {
+          for (int64_t cols : {1, 5, 6, 16, 31, 32, 33, 47, 48, 49, 65, 100, 130}) {
             for (bool permuted : {false, true}) {
               SCOPED_TRACE(::testing::Message()
                            << isa_name(isa) << " " << nm_gemm_kernel_name(kernel) << " "
@@ -133,30 +132,29 @@ TEST(NmGemmPackTransposed, OrderSelectsAndRepeatsRows) {
 TEST(NmGemmPackTransposed, Errors) {
   const Source s = make_source(8, 2, false, 5);
   NmGemmOperand op;
-  Matrix scratch;
   BitMask mask(2, 8);
   mask.set(1, 4);
   mask.set(1, 5);
   mask.set(1, 6);
   testing::expect_error(
       [&] {
-        nm_gemm_pack_masked_transposed_into(s.view, {}, mask, {2, 4}, op, scratch);
+        nm_gemm_pack_masked_transposed_into(s.view, {}, mask, {2, 4}, op);
       },
       "row 1 group 1 (columns 4..7) keeps 3 > n (2)");
   const std::vector<int64_t> bad_order = {0, 9, 1, 2};
   testing::expect_error(
       [&] {
-        nm_gemm_pack_masked_transposed_into(s.view, bad_order, BitMask(2, 4), {2, 4}, op, scratch);
+        nm_gemm_pack_masked_transposed_into(s.view, bad_order, BitMask(2, 4), {2, 4}, op);
       },
       "order[1] = 9 is outside [0, 8)");
   testing::expect_error(
       [&] {
-        nm_gemm_pack_masked_transposed_into(s.view, {}, BitMask(8, 2), {2, 4}, op, scratch);
+        nm_gemm_pack_masked_transposed_into(s.view, {}, BitMask(8, 2), {2, 4}, op);
       },
       "mask shape (8 x 2) differs from the transposed matrix (2 x 8)");
   testing::expect_error(
       [&] {
-        nm_gemm_pack_masked_transposed_into(s.view, {}, BitMask(2, 8), {2, 3}, op, scratch);
+        nm_gemm_pack_masked_transposed_into(s.view, {}, BitMask(2, 8), {2, 3}, op);
       },
       "m (3) does not divide the grouped axis (8)");
 }

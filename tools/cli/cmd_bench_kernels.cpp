@@ -145,7 +145,6 @@ struct LayerBench {
   Matrix dy;             // [T, out]
   Matrix dy_pruned;      // MVUE-pruned dY (dense, for the dense weight-gradient baseline)
   BitMask mask, mask_t;  // W's mask and its transpose (held by a training layer between refreshes)
-  Matrix w_t;            // scratch of the lane form's transposed copy of W
   NmGemmOperand w_fwd, w_bwd;
   NmWgradWorkspace ws;
   Matrix y_dense, y_sparse, dx_dense, dx_sparse, dw_dense, dw_sparse;
@@ -181,7 +180,7 @@ struct LayerBench {
   void compress_weights() {
     nm_gemm_pack_masked_into(w.view(), mask, p, w_fwd);
     if (!forward_only) {  // a vector-wise W is N:M along in only
-      nm_gemm_pack_masked_transposed_into(w.view(), {}, mask_t, p, w_bwd, w_t);
+      nm_gemm_pack_masked_transposed_into(w.view(), {}, mask_t, p, w_bwd);
     }
   }
 

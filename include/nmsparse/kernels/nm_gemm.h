@@ -150,14 +150,12 @@ void nm_gemm_pack_masked_into(ConstMatrixViewF a, const BitMask& mask, NmPattern
 // The same for A = (P W)ᵀ [C, K], A[j][k] = w[order[k]][j] with w [R, C] (any ld; order empty:
 // the identity, K = R; otherwise K = order.size(), every entry in [0, R), checked) and mask_t its
 // mask along k ([C, K]; transpose_mask of P W's mask): entry for entry transpose_into followed by
-// nm_gemm_pack_masked_into, without the transposed copy where the entries form is packed (blocks
-// of 128 rows x 48 columns of W transposed through registers into a 24 KB stage, then packed;
-// the backward-data operand of a transposable or Bi-Mask layer each step). The lane form (the
-// permute kernel at AVX-512) is packed from a transposed copy in `scratch` (resized to [C, K]
-// when its shape differs; untouched otherwise).
+// nm_gemm_pack_masked_into, without a transposed copy: blocks of W are transposed through
+// registers into a 64 KB stage (16 rows of W by up to 1024 columns) and packed from it, in either
+// form (the backward-data operand of a transposable or Bi-Mask layer each step).
 void nm_gemm_pack_masked_transposed_into(ConstMatrixViewF w, std::span<const int64_t> order,
                                          const BitMask& mask_t, NmPattern pattern,
-                                         NmGemmOperand& dst, Matrix& scratch);
+                                         NmGemmOperand& dst);
 
 // Y = X · Aᵀ (+ bias): x [T, K] (any ld >= K), y [T, R] (any ld >= R; overwritten). The address
 // ranges x and y span must not overlap (checked; views into the same rows of one buffer are
