@@ -504,9 +504,10 @@ void pack_transposed_item(ConstMatrixViewF w, std::span<const int64_t> order, co
 // kLaneSegmentBlocks blocks). The chunk's 16 rows of W (A's columns 16 c ..) are transposed,
 // by the segment's columns, into a stage of [A rows][16] (16 rows of 4 KB read side by side, as
 // the entries form's items), and each block's slots of that chunk are staged and copied out (1
-// KB of values and 1 KB of lanes per block at 2:4). transpose_into then pack_lanes wrote and read
-// back the whole transposed copy: 16.9 ms at 4096 x 4096 2:4 with a permutation, one thread,
-// Zen 4, against 9.4 ms for packing W itself.
+// KB of values and 1 KB of lanes per block at 2:4). transpose_into then pack_lanes, which wrote
+// and read back a whole transposed copy, took 18.5 ms at 4096 x 4096 2:4 (16.2 with a
+// permutation) against 14.0 (11.6) this way; packing W itself takes 9.1 (one thread, Zen 4,
+// `bench_mask_pack --benchmark_filter=NmGemmPack`).
 constexpr int64_t kLaneSegmentBlocks =
     kTransposedStageFloats / detail::kLaneChunk / detail::kLaneRows;  // 32 blocks, 1024 rows
 
