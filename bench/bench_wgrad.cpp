@@ -127,6 +127,52 @@ void BM_NmWgradKernels(benchmark::State& state) {
 }
 BENCHMARK(BM_NmWgradKernels)->Apply(KernelArgs)->UseManualTime()->Unit(benchmark::kMillisecond);
 
+// The SR-STE decay term λ (1 − M) ⊙ W that a training layer's weight gradient starts from (its
+// fused start term; NmWgradDecay), one thread: nm_wgrad without and with it, alternately in one
+// process. Counters: plain_ms, decay_ms and their difference decay_cost_ms (medians). arg: shape.
+void BM_NmWgradDecay(benchmark::State& state) {
+  const Shape s = kShapes[state.range(0)];
+  ScopedNumThreads scoped(1);
+  const GradPruneOptions options{GradMethod::kMvue,
+                                 {2, 4},
+                                 NmAxis::kCols,
+                                 /*seed=*/3,
+                                 /*stream=*/1};
+  const CompressedNm dy =
+      grad_prune_compressed(bench::uniform_matrix(s.tokens, s.out, 1).view(), options);
+  const Matrix x = bench::uniform_matrix(s.tokens, s.in, 2);
+  const Matrix w = bench::uniform_matrix(s.out, s.in, 3);
+  std::vector<uint8_t> keep(static_cast<size_t>(s.out * s.in));
+  const CounterRng rng(4, 0);
+  for (size_t k = 0; k < keep.size(); ++k) keep[k] = rng.uniform_double(k) < 0.5 ? 1 : 0;
+  const NmWgradDecay decay{w.view(), keep.data(), s.in, 2e-4f};
+  Matrix dw(s.out, s.in);
+  NmWgradWorkspace ws;
+  nm_wgrad(dy, x.view(), dw.view(), &ws, &decay);
+  using clock = std::chrono::steady_clock;
+  std::vector<double> t_plain;
+  std::vector<double> t_decay;
+  for (auto _ : state) {
+    for (const NmWgradDecay* d : {static_cast<const NmWgradDecay*>(nullptr), &decay}) {
+      bench::settle(1);
+      const auto t0 = clock::now();
+      nm_wgrad(dy, x.view(), dw.view(), &ws, d);
+      (d == nullptr ? t_plain : t_decay)
+          .push_back(std::chrono::duration<double>(clock::now() - t0).count());
+    }
+    state.SetIterationTime(t_decay.back());
+  }
+  state.counters["plain_ms"] = bench::median(t_plain) * 1e3;
+  state.counters["decay_ms"] = bench::median(t_decay) * 1e3;
+  state.counters["decay_cost_ms"] = (bench::median(t_decay) - bench::median(t_plain)) * 1e3;
+  state.SetLabel("2:4 T" + std::to_string(s.tokens) + " " + std::to_string(s.out) + "x" +
+                 std::to_string(s.in) + " " + std::string(isa_name(isa_active())));
+}
+BENCHMARK(BM_NmWgradDecay)
+    ->DenseRange(0, kShapeCount - 1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
 }  // namespace
 }  // namespace nms
 

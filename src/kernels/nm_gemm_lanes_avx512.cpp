@@ -29,19 +29,48 @@ inline __mmask16 first_lanes(int64_t count) {
   return static_cast<__mmask16>(count >= 16 ? 0xFFFFu : count <= 0 ? 0u : (1u << count) - 1u);
 }
 
+// The start term of one hybrid super-tile, staged (first K block, a.start_w set): element (row
+// row0 + r, token t_super + i) at stage[r · kStartStageLd + i], λ · w where the keep byte is 0
+// and 0 where it is not (load_transposed's arithmetic). Read in place, the term's 32 rows of W
+// and of the keep bytes are 16 KB and 4 KB apart, so one pass's 64 lines fall into the same L1
+// set (and its 32 output lines too). Staged row by row, each row's lines are consecutive, and the
+// stage's 576-byte stride spreads its rows over sets. The decay's cost in nm_wgrad at T 512 x
+// 4096 -> 4096 went from 15.0 and 16.6 ms to 12.2 and 13.7 ms (of ~120; two alternating runs, one
+// thread, Zen 4, `bench_wgrad --benchmark_filter=NmWgradDecay/3`); the arithmetic alone is ~5 ms
+// (every row read from one row). Software prefetching the next super-tile's rows, in place or
+// staged, changed nothing measurable.
+constexpr int64_t kStartStageLd = kLaneHybridTokens + 16;
+
+inline void stage_start_term(const NmGemmLaneArgs& a, int64_t row0, int64_t t_super, float* stage) {
+  const __m512 lambda = _mm512_set1_ps(a.start_lambda);
+  const int64_t rows = std::min<int64_t>(kLaneRows, a.rows - row0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* w = a.start_w + (row0 + r) * a.start_ldw + t_super;
+    const uint8_t* keep = a.start_keep + (row0 + r) * a.start_ldkeep + t_super;
+    for (int64_t i = 0; i < kLaneHybridTokens; i += 16) {
+      const __m512i k32 =
+          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(keep + i)));
+      _mm512_store_ps(
+          stage + r * kStartStageLd + i,
+          _mm512_maskz_mul_ps(_mm512_testn_epi32_mask(k32, k32), lambda, _mm512_loadu_ps(w + i)));
+    }
+  }
+}
+
 // The Yᵀ form's tile load: acc0[t] / acc1[t] = rows row0 .. row0 + 15 / row0 + 16 .. row0 + 31
 // of token t0 + t, from Yᵀ (a later K block) or, in the first, from the start term. Register r[k]
 // holds rows k and k + 16 (8 tokens each); the transpose turns it into r[t] = rows 0..15 of token
 // t and r[8 + t] = rows 16..31. Rows past a.rows and tokens past RT read as 0.
 template <int RT>
 inline void load_transposed(const NmGemmLaneArgs& a, int64_t t0, int64_t row0, bool first,
-                            __m512 acc0[RT], __m512 acc1[RT]) {
+                            __m512 acc0[RT], __m512 acc1[RT], const float* staged = nullptr) {
   const auto tm = static_cast<__mmask8>((1u << RT) - 1u);
   const int64_t real = a.rows - row0;
   const __m256 lambda = _mm256_set1_ps(a.start_lambda);
   const auto row_of = [&](int64_t k) {
     if (k >= real) return _mm256_setzero_ps();
     if (!first) return _mm256_maskz_loadu_ps(tm, a.y + (row0 + k) * a.ldy + t0);
+    if (staged != nullptr) return _mm256_maskz_loadu_ps(tm, staged + k * kStartStageLd);
     const __m256 w = _mm256_maskz_loadu_ps(tm, a.start_w + (row0 + k) * a.start_ldw + t0);
     const __m128i keep = _mm_maskz_loadu_epi8(tm, a.start_keep + (row0 + k) * a.start_ldkeep + t0);
     const __mmask8 dropped =
@@ -176,13 +205,14 @@ inline void tile(const NmGemmLaneArgs& a, const NmGemmLaneLayout& lay, int64_t t
 // Each output element is still the chain over its row's slots in order: the same bits.
 template <int RT, int RA, int VA>
 inline void hybrid_pass(const NmGemmLaneArgs& a, const NmGemmLaneLayout& lay, int64_t tb,
-                        int64_t ta, int64_t b, int64_t ra0, int64_t c0, int64_t c1) {
+                        int64_t ta, int64_t b, int64_t ra0, int64_t c0, int64_t c1,
+                        const float* stage, int64_t t_super) {
   const int64_t row0 = kLaneRows * b;
   const bool first = c0 == 0;
   __m512 acc0[RT];
   __m512 acc1[RT];
   if (!first || a.start_w != nullptr) {
-    load_transposed<RT>(a, tb, row0, first, acc0, acc1);
+    load_transposed<RT>(a, tb, row0, first, acc0, acc1, stage + (tb - t_super));
   } else {
     for (int t = 0; t < RT; ++t) acc0[t] = acc1[t] = _mm512_setzero_ps();
   }
@@ -196,11 +226,7 @@ inline void hybrid_pass(const NmGemmLaneArgs& a, const NmGemmLaneLayout& lay, in
       } else if (!first) {
         acc[r][v] = _mm512_loadu_ps(a.y + row * a.ldy + t);
       } else {
-        const __m512i keep = _mm512_cvtepu8_epi32(_mm_loadu_si128(
-            reinterpret_cast<const __m128i*>(a.start_keep + row * a.start_ldkeep + t)));
-        acc[r][v] =
-            _mm512_maskz_mul_ps(_mm512_testn_epi32_mask(keep, keep), _mm512_set1_ps(a.start_lambda),
-                                _mm512_loadu_ps(a.start_w + row * a.start_ldw + t));
+        acc[r][v] = _mm512_load_ps(stage + (ra0 + r) * kStartStageLd + (t - t_super));
       }
     }
   }
@@ -308,10 +334,13 @@ void nm_gemm_lanes_avx512(const NmGemmLaneArgs& a, int64_t t_begin, int64_t t_en
     for (int64_t b = b_begin; b < b_end; ++b) {
       int64_t t0 = t_begin;
       if (a.x_panels != nullptr) {
+        alignas(64) float stage[kLaneRows * kStartStageLd];
         for (; t0 + kLaneHybridTokens <= t_end; t0 += kLaneHybridTokens) {
+          if (c0 == 0 && a.start_w != nullptr) stage_start_term(a, kLaneRows * b, t0, stage);
           for (int p = 0; p < kHybridPasses; ++p) {
-            hybrid_pass<kHybridRT, kHybridRA, kHybridVA>(
-                a, lay, t0 + kHybridRT * p, t0 + kLaneHybridLoadFirst, b, kHybridRA * p, c0, c1);
+            hybrid_pass<kHybridRT, kHybridRA, kHybridVA>(a, lay, t0 + kHybridRT * p,
+                                                         t0 + kLaneHybridLoadFirst, b,
+                                                         kHybridRA * p, c0, c1, stage, t0);
           }
         }
       }
