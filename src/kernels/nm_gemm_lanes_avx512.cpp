@@ -29,17 +29,18 @@ inline __mmask16 first_lanes(int64_t count) {
   return static_cast<__mmask16>(count >= 16 ? 0xFFFFu : count <= 0 ? 0u : (1u << count) - 1u);
 }
 
-// The start term of one hybrid super-tile, staged (first K block, a.start_w set): element (row
-// row0 + r, token t_super + i) at stage[r · kStartStageLd + i], λ · w where the keep byte is 0
-// and 0 where it is not (load_transposed's arithmetic). Read in place, the term's 32 rows of W
-// and of the keep bytes are 16 KB and 4 KB apart, so one pass's 64 lines fall into the same L1
-// set (and its 32 output lines too). Staged row by row, each row's lines are consecutive, and the
-// stage's 576-byte stride spreads its rows over sets. The decay's cost in nm_wgrad at T 512 x
-// 4096 -> 4096 went from 15.0 and 16.6 ms to 12.2 and 13.7 ms (of ~120; two alternating runs, one
-// thread, Zen 4, `bench_wgrad --benchmark_filter=NmWgradDecay/3`); the arithmetic alone is ~5 ms
-// (every row read from one row). Software prefetching the next super-tile's rows, in place or
-// staged, changed nothing measurable.
-constexpr int64_t kStartStageLd = kLaneHybridTokens + 16;
+// The hybrid route's super-tile stage: its 32 rows x 128 tokens of Y, row r's token t_super + i
+// at stage[r · kStageLd + i]. A super-tile starts it from the start term (the first K block with
+// a.start_w set: λ · w where the keep byte is 0, 0 where it is not, load_transposed's arithmetic)
+// or from Y (a later K block), its passes load and store their tiles there, and it goes back to Y
+// row by row. In place, a pass's 32 rows of Y, W and the keep bytes (16 KB, 16 KB and 4 KB apart
+// at 4096 features) fell into one L1 set; the stage's rows (576 bytes apart) spread over sets and
+// each row of Y, W and the keep bytes is read or written as 8 consecutive lines. One thread, Zen
+// 4, T 512 x 4096 -> 4096 2:4: nm_wgrad 117-133 -> 114-117 ms (`bench_wgrad
+// --benchmark_filter=BM_NmWgrad/0/3/1/0`, three alternating runs), the decay's extra cost 15.0 /
+// 16.6 -> 11.2 / 9.1 ms (`--benchmark_filter=NmWgradDecay/3`, two). T 8192 and 2048^3 measured
+// within the noise. Software prefetching the next super-tile's rows changed nothing measurable.
+constexpr int64_t kStageLd = kLaneHybridTokens + 16;
 
 inline void stage_start_term(const NmGemmLaneArgs& a, int64_t row0, int64_t t_super, float* stage) {
   const __m512 lambda = _mm512_set1_ps(a.start_lambda);
@@ -51,7 +52,7 @@ inline void stage_start_term(const NmGemmLaneArgs& a, int64_t row0, int64_t t_su
       const __m512i k32 =
           _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(keep + i)));
       _mm512_store_ps(
-          stage + r * kStartStageLd + i,
+          stage + r * kStageLd + i,
           _mm512_maskz_mul_ps(_mm512_testn_epi32_mask(k32, k32), lambda, _mm512_loadu_ps(w + i)));
     }
   }
@@ -63,14 +64,13 @@ inline void stage_start_term(const NmGemmLaneArgs& a, int64_t row0, int64_t t_su
 // t and r[8 + t] = rows 16..31. Rows past a.rows and tokens past RT read as 0.
 template <int RT>
 inline void load_transposed(const NmGemmLaneArgs& a, int64_t t0, int64_t row0, bool first,
-                            __m512 acc0[RT], __m512 acc1[RT], const float* staged = nullptr) {
+                            __m512 acc0[RT], __m512 acc1[RT]) {
   const auto tm = static_cast<__mmask8>((1u << RT) - 1u);
   const int64_t real = a.rows - row0;
   const __m256 lambda = _mm256_set1_ps(a.start_lambda);
   const auto row_of = [&](int64_t k) {
     if (k >= real) return _mm256_setzero_ps();
     if (!first) return _mm256_maskz_loadu_ps(tm, a.y + (row0 + k) * a.ldy + t0);
-    if (staged != nullptr) return _mm256_maskz_loadu_ps(tm, staged + k * kStartStageLd);
     const __m256 w = _mm256_maskz_loadu_ps(tm, a.start_w + (row0 + k) * a.start_ldw + t0);
     const __m128i keep = _mm_maskz_loadu_epi8(tm, a.start_keep + (row0 + k) * a.start_ldkeep + t0);
     const __mmask8 dropped =
@@ -195,6 +195,64 @@ inline void tile(const NmGemmLaneArgs& a, const NmGemmLaneLayout& lay, int64_t t
   }
 }
 
+// The hybrid pass's tile load and store in the super-tile's stage: `src` / `dst` at the tile's
+// first token in row 0 of the block; real rows only (the others load as 0 and are not stored). The
+// same registers as load_transposed / store_transposed.
+template <int RT>
+inline void load_staged(const float* src, int64_t real, __m512 acc0[RT], __m512 acc1[RT]) {
+  const auto tm = static_cast<__mmask8>((1u << RT) - 1u);
+  const auto row_of = [&](int64_t k) {
+    return k < real ? _mm256_maskz_loadu_ps(tm, src + k * kStageLd) : _mm256_setzero_ps();
+  };
+  __m512 r[16];
+  for (int k = 0; k < 16; ++k) {
+    r[k] = _mm512_insertf32x8(_mm512_castps256_ps512(row_of(k)), row_of(k + 16), 1);
+  }
+  transpose16(r);
+  for (int t = 0; t < RT; ++t) {
+    acc0[t] = r[t];
+    acc1[t] = r[8 + t];
+  }
+}
+
+template <int RT>
+inline void store_staged(float* dst, int64_t real, const __m512 acc0[RT], const __m512 acc1[RT]) {
+  __m512 r[16];
+  for (int t = 0; t < 8; ++t) {
+    r[t] = t < RT ? acc0[t] : _mm512_setzero_ps();
+    r[8 + t] = t < RT ? acc1[t] : _mm512_setzero_ps();
+  }
+  transpose16(r);
+  const auto tm = static_cast<__mmask8>((1u << RT) - 1u);
+  for (int k = 0; k < 16; ++k) {
+    if (k < real) _mm256_mask_storeu_ps(dst + k * kStageLd, tm, _mm512_castps512_ps256(r[k]));
+    if (k + 16 < real) {
+      _mm256_mask_storeu_ps(dst + (k + 16) * kStageLd, tm, _mm512_extractf32x8_ps(r[k], 1));
+    }
+  }
+}
+
+// Y's rows of a super-tile into its stage (a later K block), and the stage back into Y (real rows).
+inline void stage_from_y(const NmGemmLaneArgs& a, int64_t row0, int64_t t_super, float* stage) {
+  const int64_t rows = std::min<int64_t>(kLaneRows, a.rows - row0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* y = a.y + (row0 + r) * a.ldy + t_super;
+    for (int64_t i = 0; i < kLaneHybridTokens; i += 16) {
+      _mm512_store_ps(stage + r * kStageLd + i, _mm512_loadu_ps(y + i));
+    }
+  }
+}
+
+inline void stage_to_y(const NmGemmLaneArgs& a, int64_t row0, int64_t t_super, const float* stage) {
+  const int64_t rows = std::min<int64_t>(kLaneRows, a.rows - row0);
+  for (int64_t r = 0; r < rows; ++r) {
+    float* y = a.y + (row0 + r) * a.ldy + t_super;
+    for (int64_t i = 0; i < kLaneHybridTokens; i += 16) {
+      _mm512_storeu_ps(y + i, _mm512_load_ps(stage + r * kStageLd + i));
+    }
+  }
+}
+
 // The hybrid pass (Yᵀ form with a.x_panels set): one walk over the chunks of row block b feeds two
 // disjoint output tiles. Permute-fed: RT tokens from tb x the block's 32 rows, as in tile<RT>.
 // Load-fed: RA rows from row0 + ra0 x 16 · VA tokens from ta, each slot's value broadcast and its
@@ -202,32 +260,29 @@ inline void tile(const NmGemmLaneArgs& a, const NmGemmLaneLayout& lay, int64_t t
 // lane, the same lane index the permute uses). Per slot 2 · RT permute-fed FMAs and RA · VA
 // load-fed ones, against 16 permute-fed in tile<8>: bench_port_mix ran permute-fed FMAs alone at
 // 2.7 G/s and 1:1 mixes with load-fed ones at 3.67 G/s (the register-fed peak).
-// Each output element is still the chain over its row's slots in order: the same bits.
+// The tiles start from and end in the super-tile's stage (t_super its first token). Each output
+// element is still the chain over its row's slots in order: the same bits.
 template <int RT, int RA, int VA>
 inline void hybrid_pass(const NmGemmLaneArgs& a, const NmGemmLaneLayout& lay, int64_t tb,
-                        int64_t ta, int64_t b, int64_t ra0, int64_t c0, int64_t c1,
-                        const float* stage, int64_t t_super) {
+                        int64_t ta, int64_t b, int64_t ra0, int64_t c0, int64_t c1, float* stage,
+                        int64_t t_super) {
   const int64_t row0 = kLaneRows * b;
-  const bool first = c0 == 0;
+  const int64_t real = a.rows - row0;
+  const bool from_zero = c0 == 0 && a.start_w == nullptr;  // else the stage holds the start
   __m512 acc0[RT];
   __m512 acc1[RT];
-  if (!first || a.start_w != nullptr) {
-    load_transposed<RT>(a, tb, row0, first, acc0, acc1, stage + (tb - t_super));
-  } else {
+  if (from_zero) {
     for (int t = 0; t < RT; ++t) acc0[t] = acc1[t] = _mm512_setzero_ps();
+  } else {
+    load_staged<RT>(stage + (tb - t_super), real, acc0, acc1);
   }
   __m512 acc[RA][VA];
   for (int r = 0; r < RA; ++r) {
-    const int64_t row = row0 + ra0 + r;
     for (int v = 0; v < VA; ++v) {
       const int64_t t = ta + 16 * v;
-      if (row >= a.rows || (first && a.start_w == nullptr)) {
-        acc[r][v] = _mm512_setzero_ps();
-      } else if (!first) {
-        acc[r][v] = _mm512_loadu_ps(a.y + row * a.ldy + t);
-      } else {
-        acc[r][v] = _mm512_load_ps(stage + (ra0 + r) * kStartStageLd + (t - t_super));
-      }
+      acc[r][v] = ra0 + r >= real || from_zero
+                      ? _mm512_setzero_ps()
+                      : _mm512_load_ps(stage + (ra0 + r) * kStageLd + (t - t_super));
     }
   }
   const float* panel = a.x_panels + ta / kLaneHybridTokens * a.depth * kLanePanel;
@@ -283,11 +338,13 @@ inline void hybrid_pass(const NmGemmLaneArgs& a, const NmGemmLaneLayout& lay, in
       }
     }
   }
-  store_transposed<RT>(a, tb, row0, acc0, acc1);
+  store_staged<RT>(stage + (tb - t_super), real, acc0, acc1);
   for (int r = 0; r < RA; ++r) {
-    const int64_t row = row0 + ra0 + r;
-    if (row >= a.rows) continue;
-    for (int u = 0; u < VA; ++u) _mm512_storeu_ps(a.y + row * a.ldy + ta + 16 * u, acc[r][u]);
+    if (ra0 + r >= real) continue;
+    for (int u = 0; u < VA; ++u) {
+      const int64_t t = ta + 16 * u;
+      _mm512_store_ps(stage + (ra0 + r) * kStageLd + (t - t_super), acc[r][u]);
+    }
   }
 }
 
@@ -334,14 +391,19 @@ void nm_gemm_lanes_avx512(const NmGemmLaneArgs& a, int64_t t_begin, int64_t t_en
     for (int64_t b = b_begin; b < b_end; ++b) {
       int64_t t0 = t_begin;
       if (a.x_panels != nullptr) {
-        alignas(64) float stage[kLaneRows * kStartStageLd];
+        alignas(64) float stage[kLaneRows * kStageLd];
         for (; t0 + kLaneHybridTokens <= t_end; t0 += kLaneHybridTokens) {
-          if (c0 == 0 && a.start_w != nullptr) stage_start_term(a, kLaneRows * b, t0, stage);
+          if (c0 > 0) {
+            stage_from_y(a, kLaneRows * b, t0, stage);
+          } else if (a.start_w != nullptr) {
+            stage_start_term(a, kLaneRows * b, t0, stage);
+          }
           for (int p = 0; p < kHybridPasses; ++p) {
             hybrid_pass<kHybridRT, kHybridRA, kHybridVA>(a, lay, t0 + kHybridRT * p,
                                                          t0 + kLaneHybridLoadFirst, b,
                                                          kHybridRA * p, c0, c1, stage, t0);
           }
+          stage_to_y(a, kLaneRows * b, t0, stage);
         }
       }
       for (; t0 + kTileTokens <= t_end; t0 += kTileTokens) {
