@@ -58,10 +58,42 @@ inline void stage_start_term(const NmGemmLaneArgs& a, int64_t row0, int64_t t_su
   }
 }
 
+// A Yᵀ-form tile's registers from its 32 rows: row_of(k) gives row k's RT tokens (8 floats, the
+// rest 0); acc0[t] / acc1[t] = rows 0..15 / 16..31 of token t. Register r[k] holds rows k and
+// k + 16 (8 tokens each); the transpose turns it into r[t] = rows 0..15 of token t and r[8 + t] =
+// rows 16..31.
+template <int RT, class RowOf>
+inline void load_rows_transposed(RowOf&& row_of, __m512 acc0[RT], __m512 acc1[RT]) {
+  __m512 r[16];
+  for (int k = 0; k < 16; ++k) {
+    r[k] = _mm512_insertf32x8(_mm512_castps256_ps512(row_of(k)), row_of(k + 16), 1);
+  }
+  transpose16(r);
+  for (int t = 0; t < RT; ++t) {
+    acc0[t] = r[t];
+    acc1[t] = r[8 + t];
+  }
+}
+
+// The inverse: store_row(k, row k's 8 floats) for the rows k < real.
+template <int RT, class StoreRow>
+inline void store_rows_transposed(const __m512 acc0[RT], const __m512 acc1[RT], int64_t real,
+                                  StoreRow&& store_row) {
+  __m512 r[16];
+  for (int t = 0; t < 8; ++t) {
+    r[t] = t < RT ? acc0[t] : _mm512_setzero_ps();
+    r[8 + t] = t < RT ? acc1[t] : _mm512_setzero_ps();
+  }
+  transpose16(r);
+  for (int k = 0; k < 16; ++k) {
+    if (k < real) store_row(k, _mm512_castps512_ps256(r[k]));
+    if (k + 16 < real) store_row(k + 16, _mm512_extractf32x8_ps(r[k], 1));
+  }
+}
+
 // The Yᵀ form's tile load: acc0[t] / acc1[t] = rows row0 .. row0 + 15 / row0 + 16 .. row0 + 31
-// of token t0 + t, from Yᵀ (a later K block) or, in the first, from the start term. Register r[k]
-// holds rows k and k + 16 (8 tokens each); the transpose turns it into r[t] = rows 0..15 of token
-// t and r[8 + t] = rows 16..31. Rows past a.rows and tokens past RT read as 0.
+// of token t0 + t, from Yᵀ (a later K block) or, in the first, from the start term. Rows past
+// a.rows and tokens past RT read as 0.
 template <int RT>
 inline void load_transposed(const NmGemmLaneArgs& a, int64_t t0, int64_t row0, bool first,
                             __m512 acc0[RT], __m512 acc1[RT]) {
@@ -77,37 +109,17 @@ inline void load_transposed(const NmGemmLaneArgs& a, int64_t t0, int64_t row0, b
         _mm256_mask_testn_epi32_mask(tm, _mm256_cvtepu8_epi32(keep), _mm256_cvtepu8_epi32(keep));
     return _mm256_maskz_mul_ps(dropped, lambda, w);
   };
-  __m512 r[16];
-  for (int k = 0; k < 16; ++k) {
-    r[k] = _mm512_insertf32x8(_mm512_castps256_ps512(row_of(k)), row_of(k + 16), 1);
-  }
-  transpose16(r);
-  for (int t = 0; t < RT; ++t) {
-    acc0[t] = r[t];
-    acc1[t] = r[8 + t];
-  }
+  load_rows_transposed<RT>(row_of, acc0, acc1);
 }
 
 // The Yᵀ form's tile store: the inverse of load_transposed (only real rows and the RT tokens).
 template <int RT>
 inline void store_transposed(const NmGemmLaneArgs& a, int64_t t0, int64_t row0,
                              const __m512 acc0[RT], const __m512 acc1[RT]) {
-  __m512 r[16];
-  for (int t = 0; t < 8; ++t) {
-    r[t] = t < RT ? acc0[t] : _mm512_setzero_ps();
-    r[8 + t] = t < RT ? acc1[t] : _mm512_setzero_ps();
-  }
-  transpose16(r);
   const auto tm = static_cast<__mmask8>((1u << RT) - 1u);
-  const int64_t real = a.rows - row0;
-  for (int k = 0; k < 16; ++k) {
-    if (k < real)
-      _mm256_mask_storeu_ps(a.y + (row0 + k) * a.ldy + t0, tm, _mm512_castps512_ps256(r[k]));
-    if (k + 16 < real) {
-      _mm256_mask_storeu_ps(a.y + (row0 + k + 16) * a.ldy + t0, tm,
-                            _mm512_extractf32x8_ps(r[k], 1));
-    }
-  }
+  store_rows_transposed<RT>(acc0, acc1, a.rows - row0, [&](int64_t k, __m256 v) {
+    _mm256_mask_storeu_ps(a.y + (row0 + k) * a.ldy + t0, tm, v);
+  });
 }
 
 // RT tokens x 32 rows of A (row block b) over chunks [c0, c1): from 0 when c0 == 0, else from Y
@@ -196,40 +208,23 @@ inline void tile(const NmGemmLaneArgs& a, const NmGemmLaneLayout& lay, int64_t t
 }
 
 // The hybrid pass's tile load and store in the super-tile's stage: `src` / `dst` at the tile's
-// first token in row 0 of the block; real rows only (the others load as 0 and are not stored). The
-// same registers as load_transposed / store_transposed.
+// first token in row 0 of the block; real rows only (the others load as 0 and are not stored).
 template <int RT>
 inline void load_staged(const float* src, int64_t real, __m512 acc0[RT], __m512 acc1[RT]) {
   const auto tm = static_cast<__mmask8>((1u << RT) - 1u);
-  const auto row_of = [&](int64_t k) {
-    return k < real ? _mm256_maskz_loadu_ps(tm, src + k * kStageLd) : _mm256_setzero_ps();
-  };
-  __m512 r[16];
-  for (int k = 0; k < 16; ++k) {
-    r[k] = _mm512_insertf32x8(_mm512_castps256_ps512(row_of(k)), row_of(k + 16), 1);
-  }
-  transpose16(r);
-  for (int t = 0; t < RT; ++t) {
-    acc0[t] = r[t];
-    acc1[t] = r[8 + t];
-  }
+  load_rows_transposed<RT>(
+      [&](int64_t k) {
+        return k < real ? _mm256_maskz_loadu_ps(tm, src + k * kStageLd) : _mm256_setzero_ps();
+      },
+      acc0, acc1);
 }
 
 template <int RT>
 inline void store_staged(float* dst, int64_t real, const __m512 acc0[RT], const __m512 acc1[RT]) {
-  __m512 r[16];
-  for (int t = 0; t < 8; ++t) {
-    r[t] = t < RT ? acc0[t] : _mm512_setzero_ps();
-    r[8 + t] = t < RT ? acc1[t] : _mm512_setzero_ps();
-  }
-  transpose16(r);
   const auto tm = static_cast<__mmask8>((1u << RT) - 1u);
-  for (int k = 0; k < 16; ++k) {
-    if (k < real) _mm256_mask_storeu_ps(dst + k * kStageLd, tm, _mm512_castps512_ps256(r[k]));
-    if (k + 16 < real) {
-      _mm256_mask_storeu_ps(dst + (k + 16) * kStageLd, tm, _mm512_extractf32x8_ps(r[k], 1));
-    }
-  }
+  store_rows_transposed<RT>(acc0, acc1, real, [&](int64_t k, __m256 v) {
+    _mm256_mask_storeu_ps(dst + k * kStageLd, tm, v);
+  });
 }
 
 // Y's rows of a super-tile into its stage (a later K block), and the stage back into Y (real rows).
