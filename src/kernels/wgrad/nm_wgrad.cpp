@@ -348,8 +348,8 @@ void nm_wgrad(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw, NmWgra
   const DirectRows direct_rows(dy);
 
   // Work items own disjoint blocks of dW. Splitting the rows makes every item pack all of X
-  // (T · in floats), splitting the columns makes every item decode (direct form: read) all of dY (T
-  // · out · n/m slots): split the dimension whose duplicated packing is smaller.
+  // (T · in floats), splitting the columns makes every item decode (direct form: read) all of
+  // dY (T · out · n/m slots): split the dimension whose duplicated packing is smaller.
   const int64_t panels = (in + kWgradPanel - 1) / kWgradPanel;
   const int64_t tiles = (out + kWgradRowTile - 1) / kWgradRowTile;
   const int64_t threads = std::max(1, max_threads());
