@@ -35,10 +35,11 @@ function(nms_add_benchmark)
   nms_target_warnings(${ARG_NAME})
 endfunction()
 
-# nms_isa_sources(avx512|avx2 <files...>): adds sources of the nmsparse library that are compiled
-# with that instruction set (run only after the runtime check of nmsparse/core/isa.h), on x86-64
-# only. -ffp-contract=off: only the explicit fused multiply-adds, so every level rounds like the
-# scalar specification. (-Wno-maybe-uninitialized, -Wno-uninitialized: GCC 12 false positives in
+# nms_isa_sources(avx512|avx512bf16|avx2 <files...>): adds sources of the nmsparse library that
+# are compiled with that instruction set (run only after the runtime check of nmsparse/core/isa.h;
+# avx512bf16 also after its own check of the CPU's AVX512_BF16), on x86-64 only.
+# -ffp-contract=off: only the explicit fused multiply-adds, so every level rounds like the scalar
+# specification. (-Wno-maybe-uninitialized, -Wno-uninitialized: GCC 12 false positives in
 # avx512fintrin.h's unpack intrinsics, GCC bug 105593.)
 function(nms_isa_sources isa)
   if(NOT CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
@@ -47,6 +48,8 @@ function(nms_isa_sources isa)
   if(isa STREQUAL "avx512")
     set(flags -mavx512f -mavx512bw -mavx512dq -mavx512vl -ffp-contract=off -Wno-maybe-uninitialized
               -Wno-uninitialized)
+  elseif(isa STREQUAL "avx512bf16")  # the avx512 level plus AVX512_BF16 (checked at run time)
+    set(flags -mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx512bf16 -ffp-contract=off)
   elseif(isa STREQUAL "avx2")
     set(flags -mavx2 -mfma -ffp-contract=off)
   else()

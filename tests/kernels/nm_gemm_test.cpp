@@ -29,33 +29,6 @@
 namespace nms {
 namespace {
 
-// rows x cols, N:M along `axis`: each group keeps a random subset of at most n (every 5th group
-// keeps one fewer, so rows with fewer than n kept occur).
-Matrix random_nm(int64_t rows, int64_t cols, NmPattern p, NmAxis axis, uint64_t seed) {
-  Matrix d = testing::random_matrix(rows, cols, seed);
-  const CounterRng rng(seed, 99);
-  const bool along_rows = axis == NmAxis::kRows;
-  const int64_t outer = along_rows ? rows : cols;
-  const int64_t groups = (along_rows ? cols : rows) / p.m;
-  uint64_t draw = 0;
-  for (int64_t o = 0; o < outer; ++o) {
-    for (int64_t g = 0; g < groups; ++g) {
-      std::vector<int> order(static_cast<size_t>(p.m));
-      for (int i = 0; i < p.m; ++i) order[static_cast<size_t>(i)] = i;
-      for (int i = p.m - 1; i > 0; --i) {  // Fisher-Yates
-        const auto j = static_cast<int>(rng.word(draw++) % static_cast<uint32_t>(i + 1));
-        std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(j)]);
-      }
-      const int keep = (o + g) % 5 == 0 ? p.n - 1 : p.n;
-      for (int i = keep; i < p.m; ++i) {
-        const int64_t e = g * p.m + order[static_cast<size_t>(i)];
-        (along_rows ? d(o, e) : d(e, o)) = 0.0f;
-      }
-    }
-  }
-  return d;
-}
-
 struct Case {
   int64_t tokens, depth, rows;
   NmPattern pattern;
@@ -187,8 +160,8 @@ void check_matrix(const Case& c, const Matrix& d, uint64_t seed, int64_t pad = 0
 void check_case(const Case& c, uint64_t seed, int64_t pad = 0) {
   const bool fwd = c.axis == NmAxis::kRows;
   check_matrix(c,
-               fwd ? random_nm(c.rows, c.depth, c.pattern, c.axis, seed)
-                   : random_nm(c.depth, c.rows, c.pattern, c.axis, seed),
+               fwd ? testing::random_nm(c.rows, c.depth, c.pattern, c.axis, seed)
+                   : testing::random_nm(c.depth, c.rows, c.pattern, c.axis, seed),
                seed, pad);
 }
 
@@ -328,7 +301,7 @@ TEST(NmGemm, SharedColumnsTakeTheReusePathWithTheSameResults) {
     check_matrix({kNmGemmGroupPanels * kNmGemmPanel + 70, 136, rows, p, NmAxis::kRows}, w, seed++);
   }
   // A per-row mask of random data shares nothing.
-  const Matrix d = random_nm(12, 64, {2, 4}, NmAxis::kRows, 9);
+  const Matrix d = testing::random_nm(12, 64, {2, 4}, NmAxis::kRows, 9);
   const NmGemmOperand b = nm_gemm_pack(nm_compress(d.view(), {2, 4}));
   for (int64_t k = 0; k < b.shared.size(); ++k) EXPECT_EQ(b.shared.data()[k], 0) << k;
 }
@@ -336,7 +309,7 @@ TEST(NmGemm, SharedColumnsTakeTheReusePathWithTheSameResults) {
 TEST(NmGemm, SameBitsForOneAndTwoThreads) {
   for (NmGemmKernel kernel : {NmGemmKernel::kBroadcast, NmGemmKernel::kPermute}) {
     ScopedNmGemmKernel scoped(kernel);
-    const Matrix d = random_nm(100, 272, {2, 4}, NmAxis::kRows, 3);
+    const Matrix d = testing::random_nm(100, 272, {2, 4}, NmAxis::kRows, 3);
     const NmGemmOperand a = nm_gemm_pack(nm_compress(d.view(), {2, 4}));
     const Matrix x = testing::random_matrix(300, 272, 4);
     Matrix y1(300, 100);
@@ -355,7 +328,7 @@ TEST(NmGemm, SameBitsForOneAndTwoThreads) {
 }
 
 TEST(NmGemm, ScratchBytes) {
-  const Matrix d = random_nm(100, 256, {2, 4}, NmAxis::kRows, 7);
+  const Matrix d = testing::random_nm(100, 256, {2, 4}, NmAxis::kRows, 7);
   ScopedNumThreads threads(1);
   if (isa_supported() == Isa::kAvx512) {  // the permute kernel keeps no scratch
     ScopedNmGemmKernel permute(NmGemmKernel::kPermute);
@@ -381,7 +354,7 @@ TEST(NmGemm, ScratchBytes) {
     // Two row chunks: a worker's output blocks (a group of panels x kNmGemmChunkRows x 64
     // floats), plus the calling thread's Xᵀ workspace shared by the chunks: the panels of depth
     // 256 (whole depth blocks of either size) that kNmGemmSlabFloats holds, in whole groups.
-    const Matrix d2 = random_nm(2 * kNmGemmChunkRows, 256, {2, 4}, NmAxis::kRows, 8);
+    const Matrix d2 = testing::random_nm(2 * kNmGemmChunkRows, 256, {2, 4}, NmAxis::kRows, 8);
     const NmGemmOperand a2 = nm_gemm_pack(nm_compress(d2.view(), {2, 4}));
     ScopedIsa level(Isa::kAvx2);
     const int64_t panel = 256 * kNmGemmPanel;
@@ -392,7 +365,7 @@ TEST(NmGemm, ScratchBytes) {
 }
 
 TEST(NmGemm, PackIntoReusesBuffers) {
-  const Matrix d = random_nm(64, 64, {2, 4}, NmAxis::kRows, 8);
+  const Matrix d = testing::random_nm(64, 64, {2, 4}, NmAxis::kRows, 8);
   const BitMask mask = mask_nm_magnitude(d.view(), {2, 4});
   for (NmGemmKernel kernel : {NmGemmKernel::kBroadcast, NmGemmKernel::kPermute}) {
     ScopedNmGemmKernel scoped(kernel);
@@ -410,7 +383,7 @@ TEST(NmGemm, PackIntoReusesBuffers) {
 }
 
 TEST(NmGemm, Errors) {
-  const Matrix d = random_nm(32, 64, {2, 4}, NmAxis::kRows, 9);
+  const Matrix d = testing::random_nm(32, 64, {2, 4}, NmAxis::kRows, 9);
   const NmGemmOperand a = nm_gemm_pack(nm_compress(d.view(), {2, 4}));
   Matrix x(8, 60);
   Matrix y(8, 32);
@@ -436,7 +409,7 @@ TEST(NmGemm, Errors) {
 
 // nm_gemm_check: empty for a call that runs, the thrown message for each refused one.
 TEST(NmGemm, CheckNamesWhatNmGemmWouldRefuse) {
-  const Matrix d = random_nm(32, 64, {2, 4}, NmAxis::kRows, 9);
+  const Matrix d = testing::random_nm(32, 64, {2, 4}, NmAxis::kRows, 9);
   const NmGemmOperand a = nm_gemm_pack(nm_compress(d.view(), {2, 4}));
   Matrix x(8, 64);
   Matrix y(8, 32);

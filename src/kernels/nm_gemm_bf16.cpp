@@ -1,0 +1,181 @@
+// nm_gemm_bf16 (nmsparse/kernels/nm_gemm_bf16.h): packing, validation, the scalar path and the
+// threaded driver of the AVX-512 BF16 kernel (nm_gemm_bf16_avx512.cpp).
+#include "nmsparse/kernels/nm_gemm_bf16.h"
+
+#include <algorithm>
+#include <bit>
+#include <string>
+
+#include "core/parallel.h"
+#include "kernels/nm_gemm_bf16_layout.h"
+#include "nmsparse/core/error.h"
+#include "nmsparse/core/half.h"
+#include "nmsparse/core/isa.h"
+#include "nmsparse/core/threading.h"
+
+namespace nms {
+namespace {
+
+using detail::kBf16Chunk;
+using detail::kBf16Rows;
+using detail::NmGemmBf16Layout;
+
+// Tokens per work item: 256, the fp32 permute driver's block (nm_gemm_lanes.cpp).
+constexpr int64_t kTokenBlock = 256;
+
+// vdpbf16ps's input and output handling: denormals read as, and flushed to, zero (sign kept).
+float flush_denormal(float v) {
+  const uint32_t bits = std::bit_cast<uint32_t>(v);
+  return (bits & 0x7f800000u) == 0 ? std::bit_cast<float>(bits & 0x80000000u) : v;
+}
+
+// One bf16 product added to acc as vdpbf16ps does it: the product of two bf16 values is exact in
+// fp32 (8-bit significands), so only the addition rounds.
+float add_product(float acc, uint16_t x, uint16_t w) {
+  const float product = flush_denormal(bf16_to_f32(x)) * flush_denormal(bf16_to_f32(w));
+  return flush_denormal(acc + product);
+}
+
+void run_scalar(MatrixView<const uint16_t> x, const NmGemmBf16Operand& a, MatrixViewF y) {
+  const NmGemmBf16Layout lay(a.rows, a.depth, a.pattern.n, a.pattern.m);
+  detail::parallel_for(x.rows(), [&](int64_t t) {
+    const uint16_t* xr = x.row(t);
+    for (int64_t r = 0; r < a.rows; ++r) {
+      const int64_t b = r / kBf16Rows;
+      const int64_t l = r % kBf16Rows;
+      float acc = 0.0f;
+      for (int64_t c = 0; c < lay.chunks; ++c) {
+        const int64_t cols = std::min(kBf16Chunk, a.depth - c * kBf16Chunk);
+        const int64_t pairs = (cols / a.pattern.m * a.pattern.n + 1) / 2;
+        const int64_t base = lay.offset(b, c, 0);
+        for (int64_t p = 0; p < pairs; ++p) {
+          for (int64_t s : {2 * p + 1, 2 * p}) {  // vdpbf16ps: the odd word first
+            const int64_t at = base + NmGemmBf16Layout::word(s, l);
+            const int64_t col = c * kBf16Chunk + a.index.data()[at];
+            acc = add_product(acc, col < a.depth ? xr[col] : 0, a.values.data()[at]);
+          }
+        }
+      }
+      y(t, r) = acc;
+    }
+  });
+}
+
+// The first byte of a view's range and one past its last.
+template <class T>
+std::pair<const char*, const char*> byte_range(MatrixView<T> v) {
+  const auto* begin = reinterpret_cast<const char*>(v.data());
+  const auto* end = reinterpret_cast<const char*>(v.data() + (v.rows() - 1) * v.ld() + v.cols());
+  return {begin, end};
+}
+
+}  // namespace
+
+bool nm_gemm_bf16_supports(NmPattern pattern) {
+  return pattern.n >= 1 && pattern.n <= pattern.m && pattern.m <= kMaxGroupSize &&
+         kBf16Chunk % pattern.m == 0;
+}
+
+bool nm_gemm_bf16_kernel_active() {
+#if defined(NMS_HAVE_AVX512_KERNELS)
+  static const bool cpu_has_bf16 = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512bf16") != 0;
+  }();
+  return cpu_has_bf16 && isa_active() == Isa::kAvx512;
+#else
+  return false;
+#endif
+}
+
+void nm_gemm_bf16_pack_into(const CompressedNm& compressed, NmGemmBf16Operand& dst) {
+  const NmPattern p = compressed.pattern;
+  NMS_CHECK(nm_gemm_bf16_supports(p), "nm_gemm_bf16: pattern ", p.to_string(),
+            " is not supported (m must divide 32: 1:2, 2:4, 4:8, 8:16, 16:32, ...)");
+  const int64_t rows = compressed.value_rows();
+  const int64_t depth = compressed.axis_length();
+  const NmGemmBf16Layout lay(rows, depth, p.n, p.m);
+  dst.rows = rows;
+  dst.depth = depth;
+  dst.pattern = p;
+  dst.values.resize(lay.total());  // zeroed: padding is value 0, column 0
+  dst.index.resize(lay.total());
+  const int64_t slots = compressed.value_cols();
+  const float* values = compressed.values.data();
+  detail::parallel_for(lay.blocks, [&](int64_t b) {
+    const int64_t real = std::min(kBf16Rows, rows - b * kBf16Rows);
+    for (int64_t l = 0; l < real; ++l) {
+      const int64_t r = b * kBf16Rows + l;
+      for (int64_t g = 0; g < slots; ++g) {
+        const int64_t c = g / lay.slots_per_chunk;
+        const int64_t at = lay.offset(b, c, 0) + NmGemmBf16Layout::word(g % lay.slots_per_chunk, l);
+        const int64_t col = g / p.n * p.m + compressed.index_at(r, g);
+        dst.values.data()[at] = f32_to_bf16(values[r * slots + g]);
+        dst.index.data()[at] = static_cast<uint16_t>(col % kBf16Chunk);
+      }
+    }
+  });
+}
+
+NmGemmBf16Operand nm_gemm_bf16_pack(const CompressedNm& compressed) {
+  NmGemmBf16Operand a;
+  nm_gemm_bf16_pack_into(compressed, a);
+  return a;
+}
+
+std::string nm_gemm_bf16_check(MatrixView<const uint16_t> x, const NmGemmBf16Operand& a,
+                               MatrixViewF y) {
+  if (!nm_gemm_bf16_supports(a.pattern)) {
+    return "operand pattern " + a.pattern.to_string() + " is not supported";
+  }
+  const NmGemmBf16Layout lay(a.rows, a.depth, a.pattern.n, a.pattern.m);
+  if (a.rows < 0 || a.depth < 0 || a.depth % a.pattern.m != 0 || a.values.size() != lay.total() ||
+      a.index.size() != lay.total()) {
+    return "the operand is not packed (use nm_gemm_bf16_pack)";
+  }
+  if (x.cols() != a.depth) {
+    return "x has " + std::to_string(x.cols()) + " columns, the operand's depth is " +
+           std::to_string(a.depth);
+  }
+  if (y.rows() != x.rows() || y.cols() != a.rows) {
+    return "y is " + std::to_string(y.rows()) + " x " + std::to_string(y.cols()) +
+           ", expected " + std::to_string(x.rows()) + " x " + std::to_string(a.rows);
+  }
+  if (x.size() > 0 && y.size() > 0) {
+    const auto [xb, xe] = byte_range(x);
+    const auto [yb, ye] = byte_range(MatrixView<const float>(y));
+    if (xb < ye && yb < xe) return "x and y overlap";
+  }
+  return {};
+}
+
+void nm_gemm_bf16(MatrixView<const uint16_t> x, const NmGemmBf16Operand& a, MatrixViewF y) {
+  const std::string error = nm_gemm_bf16_check(x, a, y);
+  NMS_CHECK(error.empty(), error);
+  if (y.size() == 0) return;
+  if (a.depth == 0) {
+    for (int64_t t = 0; t < y.rows(); ++t) std::fill(y.row(t), y.row(t) + y.cols(), 0.0f);
+    return;
+  }
+  if (!nm_gemm_bf16_kernel_active()) {
+    run_scalar(x, a, y);
+    return;
+  }
+  detail::NmGemmBf16Args args{x.data(), x.ld(),      a.values.data(), a.index.data(), a.rows,
+                              a.depth,  a.pattern.n, a.pattern.m,     y.data(),       y.ld()};
+  const NmGemmBf16Layout lay(a.rows, a.depth, a.pattern.n, a.pattern.m);
+  const int64_t tokens = x.rows();
+  const int64_t token_blocks = (tokens + kTokenBlock - 1) / kTokenBlock;
+  // Row parts when the token blocks alone would leave threads idle (at least 2 items per thread;
+  // each item owns its block of Y, so results do not depend on the split).
+  const int64_t row_parts =
+      std::clamp<int64_t>((2 * max_threads() + token_blocks - 1) / token_blocks, 1, lay.blocks);
+  detail::parallel_for(token_blocks * row_parts, [&](int64_t i) {
+    const int64_t t0 = i / row_parts * kTokenBlock;
+    const int64_t part = i % row_parts;
+    detail::nm_gemm_bf16_avx512(args, t0, std::min(tokens, t0 + kTokenBlock),
+                                part * lay.blocks / row_parts, (part + 1) * lay.blocks / row_parts);
+  });
+}
+
+}  // namespace nms

@@ -1,0 +1,182 @@
+// nm_gemm_bf16 (Y = X · Aᵀ with bf16 X and A, fp32 accumulation) against a double-precision
+// reference on the bf16 inputs, at the AVX-512 BF16 kernel (where the CPU has it) and the scalar
+// path, edge sizes around every tile edge, strides, threads, and errors.
+//
+// Tolerance: with x̂, ŵ the bf16 inputs, every product x̂ ŵ is exact in fp32 (two 8-bit
+// significands), so an output is a sum of s exact terms (s = the row's slots, padding included:
+// K / m · n, plus 1 when a chunk's slot count is odd) in fp32, each addition rounding once:
+// |y − Σ x̂ ŵ| <= γ_s Σ |x̂ ŵ| with γ_s = s u / (1 − s u), u = 2^-24 (Higham §3.1, any order), plus
+// what flushing denormal sums can lose (< 2^-126 per addition; the data here stays far above it).
+// A wrong column, value or pair moves an output by about one term, orders of magnitude above the
+// bound.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "nmsparse/core/half.h"
+#include "nmsparse/core/isa.h"
+#include "nmsparse/core/threading.h"
+#include "nmsparse/format/compressed_nm.h"
+#include "nmsparse/kernels/nm_gemm_bf16.h"
+#include "testing/expect_error.h"
+#include "testing/random.h"
+
+namespace nms {
+namespace {
+
+struct Bf16Matrix {
+  int64_t rows, cols, ld;
+  std::vector<uint16_t> bits;
+  MatrixView<const uint16_t> view() const { return {bits.data(), rows, cols, ld}; }
+};
+
+// Rounds `m` to bf16 with row stride ld (the padding columns hold NaN: never read).
+Bf16Matrix to_bf16(const Matrix& m, int64_t ld) {
+  Bf16Matrix b{m.rows(), m.cols(), ld, std::vector<uint16_t>(m.rows() * ld, 0x7fc0)};
+  for (int64_t i = 0; i < m.rows(); ++i) {
+    for (int64_t j = 0; j < m.cols(); ++j) b.bits[i * ld + j] = f32_to_bf16(m(i, j));
+  }
+  return b;
+}
+
+struct Case {
+  int64_t tokens, depth, rows;
+  NmPattern pattern;
+  NmAxis axis;  // kRows: A = D (forward); kCols: A = Dᵀ (backward-data)
+};
+
+std::string describe(const Case& c) {
+  return c.pattern.to_string() + " " + std::string(axis_name(c.axis)) + " T" +
+         std::to_string(c.tokens) + " K" + std::to_string(c.depth) + " R" + std::to_string(c.rows);
+}
+
+// Runs the case at the active level and at the scalar path; each result within the bound of the
+// double reference, and the two equal bit for bit. Returns the active level's result.
+std::vector<float> check_case(const Case& c, uint64_t seed) {
+  const bool fwd = c.axis == NmAxis::kRows;
+  const Matrix d = fwd ? testing::random_nm(c.rows, c.depth, c.pattern, c.axis, seed)
+                       : testing::random_nm(c.depth, c.rows, c.pattern, c.axis, seed);
+  const NmGemmBf16Operand a = nm_gemm_bf16_pack(nm_compress(d.view(), c.pattern, c.axis));
+  const Bf16Matrix x = to_bf16(testing::random_matrix(c.tokens, c.depth, seed + 1), c.depth + 5);
+  const int64_t ldy = c.rows + 3;
+  const int64_t slots = c.depth / c.pattern.m * c.pattern.n + 1;
+  const double gamma = slots * 0x1p-24 / (1.0 - slots * 0x1p-24);
+  std::vector<double> ref(c.tokens * c.rows), mag(c.tokens * c.rows);
+  for (int64_t t = 0; t < c.tokens; ++t) {
+    for (int64_t r = 0; r < c.rows; ++r) {
+      double sum = 0.0, abs_sum = 0.0;
+      for (int64_t k = 0; k < c.depth; ++k) {
+        const double w = bf16_to_f32(f32_to_bf16(fwd ? d(r, k) : d(k, r)));
+        const double term = static_cast<double>(bf16_to_f32(x.bits[t * x.ld + k])) * w;
+        sum += term;
+        abs_sum += std::fabs(term);
+      }
+      ref[t * c.rows + r] = sum;
+      mag[t * c.rows + r] = abs_sum;
+    }
+  }
+  std::vector<float> active;
+  for (const bool scalar : {false, true}) {
+    std::vector<float> y(c.tokens * ldy, -7.0f);
+    {
+      const ScopedIsa isa(scalar ? Isa::kScalar : isa_supported());
+      nm_gemm_bf16(x.view(), a, MatrixViewF(y.data(), c.tokens, c.rows, ldy));
+    }
+    int bad = 0;
+    for (int64_t t = 0; t < c.tokens && bad < 3; ++t) {
+      for (int64_t r = 0; r < c.rows && bad < 3; ++r) {
+        const double err = std::fabs(y[t * ldy + r] - ref[t * c.rows + r]);
+        if (err > gamma * mag[t * c.rows + r] + slots * 0x1p-126) {
+          ADD_FAILURE() << describe(c) << (scalar ? " scalar" : " active") << " y(" << t << ", "
+                        << r << ") = " << y[t * ldy + r] << ", reference " << ref[t * c.rows + r];
+          ++bad;
+        }
+      }
+      for (int64_t r = c.rows; r < ldy; ++r) EXPECT_EQ(y[t * ldy + r], -7.0f) << describe(c);
+    }
+    if (!scalar) {
+      active = y;
+    } else if (nm_gemm_bf16_kernel_active()) {
+      // vdpbf16ps is specified as two rounded fp32 additions per lane, the odd word's product
+      // first (Intel SDM), which the scalar path reproduces: the same bits (Zen 4 matches).
+      EXPECT_EQ(y, active) << describe(c) << ": the kernel and the scalar path differ";
+    }
+  }
+  return active;
+}
+
+TEST(NmGemmBf16, PatternsAndTileEdges) {
+  // Tokens around the 8-token tile, rows around the 32-row block and its two 16-row halves,
+  // depth with and without a partial last chunk; patterns with even and odd slot counts per
+  // chunk (1:32 and 3:32: one and three slots, a padded pair).
+  const NmPattern patterns[] = {{1, 2},  {2, 4},   {1, 4},  {4, 8}, {3, 8},
+                                {8, 16}, {16, 32}, {1, 32}, {3, 32}};
+  uint64_t seed = 1;
+  for (const NmPattern p : patterns) {
+    for (const int64_t depth : {int64_t{32}, int64_t{64}, int64_t{96} + p.m, int64_t{p.m}}) {
+      for (const int64_t rows : {1, 15, 16, 17, 32, 33, 67}) {
+        for (const NmAxis axis : {NmAxis::kRows, NmAxis::kCols}) {
+          check_case({9, depth, rows, p, axis}, seed++);
+        }
+      }
+    }
+    for (const int64_t tokens : {1, 7, 8, 19, 259}) {
+      check_case({tokens, 64 + p.m, 35, p, NmAxis::kRows}, seed++);
+    }
+  }
+}
+
+TEST(NmGemmBf16, DepthBlocks) {
+  // Past the kernel's K block of 64 chunks (2048 columns): outputs stored and reloaded.
+  check_case({11, 2048 + 96, 40, {2, 4}, NmAxis::kRows}, 5);
+  check_case({11, 4096 + 4, 33, {2, 4}, NmAxis::kCols}, 6);
+}
+
+TEST(NmGemmBf16, ThreadsDoNotChangeBits) {
+  const Case c{600, 200, 70, {2, 4}, NmAxis::kRows};
+  std::vector<float> one, two;
+  {
+    const ScopedNumThreads threads(1);
+    one = check_case(c, 21);
+  }
+  {
+    const ScopedNumThreads threads(2);
+    two = check_case(c, 21);
+  }
+  EXPECT_EQ(one, two);
+}
+
+TEST(NmGemmBf16, Errors) {
+  const Matrix d = testing::random_nm(32, 64, {2, 4}, NmAxis::kRows, 3);
+  const NmGemmBf16Operand a = nm_gemm_bf16_pack(nm_compress(d.view(), {2, 4}));
+  std::vector<uint16_t> x(8 * 64, 0);
+  std::vector<float> y(8 * 32);
+  const MatrixView<const uint16_t> xv(x.data(), 8, 64);
+  testing::expect_error(
+      [&] {
+        nm_gemm_bf16(MatrixView<const uint16_t>(x.data(), 8, 60), a, MatrixViewF(y.data(), 8, 32));
+      },
+      "x has 60 columns, the operand's depth is 64");
+  testing::expect_error([&] { nm_gemm_bf16(xv, a, MatrixViewF(y.data(), 8, 31)); },
+                        "y is 8 x 31, expected 8 x 32");
+  testing::expect_error(
+      [&] { nm_gemm_bf16(xv, a, MatrixViewF(reinterpret_cast<float*>(x.data()), 8, 32)); },
+      "x and y overlap");
+  NmGemmBf16Operand unpacked = a;
+  unpacked.values.resize(16);
+  testing::expect_error([&] { nm_gemm_bf16(xv, unpacked, MatrixViewF(y.data(), 8, 32)); },
+                        "not packed");
+  const Matrix d6 = testing::random_nm(4, 36, {3, 6}, NmAxis::kRows, 3);
+  testing::expect_error(
+      [&] {
+        nm_gemm_bf16_pack(nm_compress(d6.view(), {3, 6}));
+      },
+      "pattern 3:6 is not supported");
+  EXPECT_TRUE(nm_gemm_bf16_check(xv, a, MatrixViewF(y.data(), 8, 32)).empty());
+}
+
+}  // namespace
+}  // namespace nms
