@@ -17,12 +17,14 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "nmsparse/core/error.h"
+#include "nmsparse/core/half.h"
 #include "nmsparse/core/isa.h"
 #include "nmsparse/core/rng.h"
 #include "nmsparse/core/threading.h"
 #include "nmsparse/format/compressed_nm.h"
 #include "nmsparse/grad/prune.h"
 #include "nmsparse/kernels/nm_gemm.h"
+#include "nmsparse/kernels/nm_gemm_bf16.h"
 #include "nmsparse/kernels/nm_wgrad.h"
 #include "nmsparse/kernels/transpose.h"
 #include "nmsparse/mask/standard.h"
@@ -201,6 +203,26 @@ struct LayerBench {
   // MVUE pruning of dY along tokens and the kernel (nm_wgrad_pruned: the pruning writes the
   // kernel's operand where the route allows, else compresses dY for nm_wgrad).
   void sparse_weight_grad() { nm_wgrad_pruned(dy.view(), mvue, x.view(), dw_sparse.view(), &ws); }
+
+  // bf16 inputs (nm_gemm_bf16): X, dY and W rounded to bf16, prepared on first use; the results
+  // go to y_sparse / dx_sparse and are checked against the fp32 dense products.
+  std::vector<uint16_t> x16, dy16;
+  NmGemmBf16Operand w_fwd16, w_bwd16;
+  void prepare_bf16() {
+    if (!x16.empty()) return;
+    x16.resize(static_cast<size_t>(x.size()));
+    dy16.resize(static_cast<size_t>(dy.size()));
+    f32_to_bf16(std::span<const float>(x.data(), x16.size()), x16);
+    f32_to_bf16(std::span<const float>(dy.data(), dy16.size()), dy16);
+    w_fwd16 = nm_gemm_bf16_pack(nm_compress_masked(w.view(), mask, p, NmAxis::kRows));
+    if (!forward_only) w_bwd16 = nm_gemm_bf16_pack(nm_compress(w.view(), p, NmAxis::kCols));
+  }
+  void sparse_forward_bf16() {
+    nm_gemm_bf16({x16.data(), s.tokens, s.in}, w_fwd16, y_sparse.view());
+  }
+  void sparse_backward_data_bf16() {
+    nm_gemm_bf16({dy16.data(), s.tokens, s.out}, w_bwd16, dx_sparse.view());
+  }
 };
 
 struct Result {
@@ -281,9 +303,23 @@ int run_bench_kernels(const KernelBenchOptions& o) {
   NMS_CHECK(o.vectorwise >= 0, "--vectorwise ", o.vectorwise, " must be >= 0");
   NMS_CHECK(o.vectorwise == 0 || (gemms.size() == 1 && gemms[0] == "forward"),
             "--vectorwise masks W along in only: use it with --gemms forward");
+  bool bf16 = false;
   for (const std::string& g : gemms) {
-    NMS_CHECK(g == "forward" || g == "backward_data" || g == "weight_grad" || g == "layer_step",
-              "--gemms: '", g, "' is not one of forward, backward_data, weight_grad, layer_step");
+    NMS_CHECK(g == "forward" || g == "backward_data" || g == "weight_grad" || g == "layer_step" ||
+                  g == "forward_bf16" || g == "backward_data_bf16",
+              "--gemms: '", g,
+              "' is not one of forward, backward_data, weight_grad, layer_step, forward_bf16, "
+              "backward_data_bf16");
+    bf16 = bf16 || g.ends_with("_bf16");
+  }
+  if (bf16) {
+    NMS_CHECK(nm_gemm_bf16_kernel_active(),
+              "--gemms *_bf16 needs a CPU with AVX512_BF16 at the avx512 level (this one would "
+              "time nm_gemm_bf16's scalar path); drop the bf16 GEMMs");
+    for (NmPattern p : patterns) {
+      NMS_CHECK(nm_gemm_bf16_supports(p), "--gemms *_bf16: pattern ", p.to_string(),
+                " is not supported by nm_gemm_bf16 (m must divide 32)");
+    }
   }
   for (const LayerShape& s : shapes) {
     for (NmPattern p : patterns) {
@@ -310,6 +346,17 @@ int run_bench_kernels(const KernelBenchOptions& o) {
         } else if (g == "backward_data") {
           r = time_pair(
               g, o.repeats, [&] { b.dense_backward_data(); }, [&] { b.sparse_backward_data(); });
+          r.error = max_rel_error(b.dx_sparse.view(), b.dx_dense.view());
+        } else if (g == "forward_bf16") {
+          b.prepare_bf16();
+          r = time_pair(
+              g, o.repeats, [&] { b.dense_forward(); }, [&] { b.sparse_forward_bf16(); });
+          r.error = max_rel_error(b.y_sparse.view(), b.y_dense.view());
+        } else if (g == "backward_data_bf16") {
+          b.prepare_bf16();
+          r = time_pair(
+              g, o.repeats, [&] { b.dense_backward_data(); },
+              [&] { b.sparse_backward_data_bf16(); });
           r.error = max_rel_error(b.dx_sparse.view(), b.dx_dense.view());
         } else if (g == "weight_grad") {
           r = time_pair(
@@ -373,7 +420,9 @@ int run_bench_kernels(const KernelBenchOptions& o) {
     std::printf(
         "nmsparse kernels vs OpenBLAS sgemm on the masked dense matrices; %d thread%s, "
         "isa %s, nm_gemm kernel %s; medians of %d alternated runs; weight_grad includes MVUE "
-        "pruning and compression of dY; layer_step adds packing W and Wᵀ from W and its masks\n\n",
+        "pruning and compression of dY; layer_step adds packing W and Wᵀ from W and its masks; "
+        "*_bf16: nm_gemm_bf16 on bf16 X (dY) and W, fp32 accumulation, against the same fp32 "
+        "sgemm\n\n",
         threads, threads == 1 ? "" : "s", std::string(isa_name(isa_active())).c_str(),
         std::string(nm_gemm_kernel_name(nm_gemm_kernel_in_use())).c_str(), o.repeats);
     table.print(stdout);
@@ -407,7 +456,8 @@ void add_bench_kernels_subcommand(CLI::App& bench, int& exit_code) {
       "weight_grad dW = dYᵀ X with dY MVUE-pruned along tokens (the pruning and compression "
       "timed with the sparse kernel), and layer_step: the three GEMMs plus packing W and Wᵀ "
       "from the dense W and its held masks, as the training layer does, against three sgemm "
-      "calls.");
+      "calls. forward_bf16 and backward_data_bf16 time nm_gemm_bf16 (bf16 inputs, fp32 "
+      "accumulation; CPUs with AVX512_BF16) against the same fp32 sgemm.");
   cmd->add_option("--nm", o->nm, "Comma list of patterns N:M")->capture_default_str();
   cmd->add_option("--shape", o->shapes,
                   "Layer TOKENSxINxOUT; repeatable or a comma list (default: 8192x768x3072, "
@@ -420,8 +470,8 @@ void add_bench_kernels_subcommand(CLI::App& bench, int& exit_code) {
                   "rows instead of a transposable one; with --gemms forward only. Blocks of a "
                   "multiple of 6 rows let nm_gemm reuse each loaded panel row for 6 rows");
   cmd->add_option("--gemms", o->gemms,
-                  "Comma list of: forward, backward_data, weight_grad, "
-                  "layer_step")
+                  "Comma list of: forward, backward_data, weight_grad, layer_step, forward_bf16, "
+                  "backward_data_bf16")
       ->capture_default_str();
   cmd->add_option("--repeats", o->repeats, "Timed runs of each pair (median reported)")
       ->capture_default_str();

@@ -9,6 +9,7 @@
 #include "nmsparse/io/dtype.h"
 #include "nmsparse/io/nm_tensors.h"
 #include "nmsparse/kernels/nm_gemm.h"
+#include "nmsparse/kernels/nm_gemm_bf16.h"
 #include "nmsparse/mask/diversity.h"
 #include "report.h"
 
@@ -54,6 +55,7 @@ nlohmann::json system_info() {
           {"isa", std::string(isa_name(isa_active()))},
           {"isa_supported", std::string(isa_name(isa_supported()))},
           {"nm_gemm_kernel", std::string(nm_gemm_kernel_name(nm_gemm_kernel_in_use()))},
+          {"nm_gemm_bf16", nm_gemm_bf16_kernel_active() ? "avx512bf16" : "scalar"},
 #ifdef __VERSION__
           {"compiler", __VERSION__},
 #endif
