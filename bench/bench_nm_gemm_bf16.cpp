@@ -4,7 +4,9 @@
 // operand, and, when LibTorch is built, its dense bf16 torch::mm (oneDNN, vdpbf16ps). Counters:
 // medians in ms (dense_ms, fp32_ms, bf16_ms, torch_bf16_ms) and the ratios speedup = dense_ms /
 // bf16_ms, speedup_fp32 = dense_ms / fp32_ms, speedup_torch_bf16 = torch_bf16_ms / bf16_ms;
-// max_rel_error = max |ours − fp32 dense| / max |fp32 dense| (bf16 inputs: about 2⁻⁸ relative).
+// max_rel_error = max |ours − fp32 dense| / max |fp32 dense| (bf16 inputs: about 2⁻⁸ relative);
+// pack_fp32_ms / pack_bf16_ms: packing each operand from W and its mask (a training step's cost,
+// nm_gemm_pack_masked_into / nm_gemm_bf16_pack_masked_into).
 // Run (on a quiet machine, `uptime` load < 1):
 //   build/bench/bench_nm_gemm_bf16 --benchmark_min_time=1
 #include <benchmark/benchmark.h>
@@ -64,13 +66,14 @@ void BM_NmGemmBf16(benchmark::State& state) {
   ScopedNumThreads scoped(threads);
   openblas_set_num_threads(threads);
   Matrix w = bench::uniform_matrix(s.out, s.in, 1);
-  apply_mask(w.view(), mask_nm_magnitude(w.view(), p));
+  const BitMask mask = mask_nm_magnitude(w.view(), p);
+  apply_mask(w.view(), mask);
   const std::vector<uint16_t> w_bits = round_to_bf16(w);
   Matrix x = bench::uniform_matrix(s.tokens, s.in, 2);
   const std::vector<uint16_t> x_bits = round_to_bf16(x);
   const CompressedNm comp = nm_compress(w.view(), p);
-  const NmGemmOperand a32 = nm_gemm_pack(comp);
-  const NmGemmBf16Operand a16 = nm_gemm_bf16_pack(comp);
+  NmGemmOperand a32 = nm_gemm_pack(comp);
+  NmGemmBf16Operand a16 = nm_gemm_bf16_pack(comp);
   const MatrixView<const uint16_t> x16(x_bits.data(), s.tokens, s.in);
   Matrix y_dense(s.tokens, s.out);
   Matrix y32(s.tokens, s.out);
@@ -97,7 +100,7 @@ void BM_NmGemmBf16(benchmark::State& state) {
   nm_gemm(x.view(), a32, y32.view());
   nm_gemm_bf16(x16, a16, y16.view());
   torch_call();
-  std::vector<double> t_dense, t32, t16, t_torch;
+  std::vector<double> t_dense, t32, t16, t_torch, t_pack32, t_pack16;
   using clock = std::chrono::steady_clock;
   for (auto _ : state) {
     bench::settle(threads);
@@ -116,6 +119,12 @@ void BM_NmGemmBf16(benchmark::State& state) {
     const auto t6 = clock::now();
     torch_call();
     const auto t7 = clock::now();
+    nm_gemm_pack_masked_into(w.view(), mask, p, a32);
+    const auto t8 = clock::now();
+    nm_gemm_bf16_pack_masked_into(w.view(), mask, p, a16);
+    const auto t9 = clock::now();
+    t_pack32.push_back(seconds_of(t7, t8));
+    t_pack16.push_back(seconds_of(t8, t9));
     t_dense.push_back(seconds_of(t0, t1));
     t32.push_back(seconds_of(t2, t3));
     t16.push_back(seconds_of(t4, t5));
@@ -128,6 +137,8 @@ void BM_NmGemmBf16(benchmark::State& state) {
   state.counters["dense_ms"] = dense_ms;
   state.counters["fp32_ms"] = fp32_ms;
   state.counters["bf16_ms"] = bf16_ms;
+  state.counters["pack_fp32_ms"] = bench::median(t_pack32) * 1e3;
+  state.counters["pack_bf16_ms"] = bench::median(t_pack16) * 1e3;
   state.counters["speedup"] = dense_ms / bf16_ms;
   state.counters["speedup_fp32"] = dense_ms / fp32_ms;
 #if defined(NMS_BENCH_TORCH)

@@ -3,9 +3,11 @@
 #include "nmsparse/kernels/nm_gemm_bf16.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <string>
 
+#include "core/bits.h"
 #include "core/parallel.h"
 #include "kernels/nm_gemm_bf16_layout.h"
 #include "nmsparse/core/error.h"
@@ -117,6 +119,73 @@ void nm_gemm_bf16_pack_into(const CompressedNm& compressed, NmGemmBf16Operand& d
   });
 }
 
+void nm_gemm_bf16_pack_masked_into(ConstMatrixViewF a, const BitMask& mask, NmPattern p,
+                                   NmGemmBf16Operand& dst) {
+  NMS_CHECK(nm_gemm_bf16_supports(p), "nm_gemm_bf16: pattern ", p.to_string(),
+            " is not supported (m must divide 32: 1:2, 2:4, 4:8, 8:16, 16:32, ...)");
+  NMS_CHECK(mask.rows() == a.rows() && mask.cols() == a.cols(), "mask shape (", mask.rows(), " x ",
+            mask.cols(), ") differs from the matrix (", a.rows(), " x ", a.cols(), ")");
+  NMS_CHECK(a.cols() % p.m == 0, "m (", p.m, ") does not divide the grouped axis (", a.cols(), ")");
+  const NmGemmBf16Layout lay(a.rows(), a.cols(), p.n, p.m);
+  dst.rows = a.rows();
+  dst.depth = a.cols();
+  dst.pattern = p;
+  if (dst.values.size() != lay.total()) {  // every word is written below
+    dst.values.resize_for_overwrite(lay.total());
+    dst.index.resize_for_overwrite(lay.total());
+  }
+  const uint32_t group_bits = p.m == 32 ? ~0u : (1u << p.m) - 1u;
+  std::atomic<bool> overfull{false};
+  detail::parallel_for(lay.blocks, [&](int64_t b) {
+    for (int64_t l = 0; l < kBf16Rows; ++l) {
+      const int64_t r = b * kBf16Rows + l;
+      const bool real = r < a.rows();
+      for (int64_t c = 0; c < lay.chunks; ++c) {
+        uint16_t* v = dst.values.data() + lay.offset(b, c, 0);
+        uint16_t* x = dst.index.data() + lay.offset(b, c, 0);
+        const int64_t cols = std::min(kBf16Chunk, a.cols() - c * kBf16Chunk);
+        // The chunk's 32 mask bits: half of a 64-bit word (chunks start at multiples of 32).
+        const uint32_t bits =
+            real ? static_cast<uint32_t>(mask.row_words(r)[c / 2] >> (32 * (c % 2))) : 0u;
+        int64_t s = 0;
+        for (int64_t g0 = 0; g0 < cols && real; g0 += p.m) {
+          const uint32_t kept = (bits >> g0) & group_bits;
+          if (detail::popcount64(kept) > p.n) overfull.store(true, std::memory_order_relaxed);
+          // CompressedNm's canonical slots: the kept columns plus, in a group keeping fewer
+          // than n, the lowest columns not kept (value +0), in increasing column order.
+          uint32_t slots = kept;
+          for (uint32_t free = ~kept & group_bits; detail::popcount64(slots) < p.n;) {
+            slots |= free & (0u - free);
+            free &= free - 1;
+          }
+          for (int k = 0; k < p.n; ++k, ++s) {
+            const int64_t at = NmGemmBf16Layout::word(s, l);
+            const int col = std::countr_zero(slots);
+            slots &= slots - 1;
+            const float value = (kept >> col) & 1u ? a(r, c * kBf16Chunk + g0 + col) : 0.0f;
+            v[at] = value == 0.0f ? uint16_t{0} : f32_to_bf16(value);  // -0 stored as +0
+            x[at] = static_cast<uint16_t>(g0 + col);
+          }
+        }
+        // Rows past R, an odd slot count's partner, pairs of a partial chunk past its slots.
+        for (; s < 2 * lay.pairs_per_chunk; ++s) {
+          v[NmGemmBf16Layout::word(s, l)] = 0;
+          x[NmGemmBf16Layout::word(s, l)] = 0;
+        }
+      }
+    }
+  });
+  if (overfull.load()) {
+    for (int64_t r = 0; r < a.rows(); ++r) {
+      for (int64_t c0 = 0; c0 < a.cols(); c0 += p.m) {
+        const int64_t count = mask.count_row_range(r, c0, p.m);
+        NMS_CHECK(count <= p.n, "row ", r, " group ", c0 / p.m, " (columns ", c0, "..",
+                  c0 + p.m - 1, ") keeps ", count, " > n (", p.n, ")");
+      }
+    }
+  }
+}
+
 NmGemmBf16Operand nm_gemm_bf16_pack(const CompressedNm& compressed) {
   NmGemmBf16Operand a;
   nm_gemm_bf16_pack_into(compressed, a);
@@ -138,8 +207,8 @@ std::string nm_gemm_bf16_check(MatrixView<const uint16_t> x, const NmGemmBf16Ope
            std::to_string(a.depth);
   }
   if (y.rows() != x.rows() || y.cols() != a.rows) {
-    return "y is " + std::to_string(y.rows()) + " x " + std::to_string(y.cols()) +
-           ", expected " + std::to_string(x.rows()) + " x " + std::to_string(a.rows);
+    return "y is " + std::to_string(y.rows()) + " x " + std::to_string(y.cols()) + ", expected " +
+           std::to_string(x.rows()) + " x " + std::to_string(a.rows);
   }
   if (x.size() > 0 && y.size() > 0) {
     const auto [xb, xe] = byte_range(x);

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "nmsparse/core/bit_mask.h"
 #include "nmsparse/core/half.h"
 #include "nmsparse/core/isa.h"
 #include "nmsparse/core/threading.h"
@@ -147,6 +148,60 @@ TEST(NmGemmBf16, ThreadsDoNotChangeBits) {
     two = check_case(c, 21);
   }
   EXPECT_EQ(one, two);
+}
+
+TEST(NmGemmBf16, PackMaskedEqualsPackOfCompressed) {
+  // Rows around the 32-row block, depth with a partial last chunk, groups keeping fewer than n
+  // (random_nm), a kept -0.0, a leading dimension past the width; the operand reused.
+  NmGemmBf16Operand masked;
+  uint64_t seed = 40;
+  for (const NmPattern p : {NmPattern{2, 4}, {1, 2}, {3, 8}, {8, 16}, {16, 32}, {1, 32}, {3, 32}}) {
+    for (const int64_t rows : {1, 31, 33, 70}) {
+      const int64_t depth = 64 + p.m;
+      const Matrix d = testing::random_nm(rows, depth, p, NmAxis::kRows, seed++);
+      Matrix a(rows, depth + 3);
+      BitMask mask(rows, depth);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t k = 0; k < depth; ++k) {
+          a(r, k) = d(r, k);
+          if (d(r, k) != 0.0f) mask.set(r, k);
+        }
+      }
+      for (int64_t r = 0; r < rows; r += 7) {  // a kept zero with its sign bit set
+        for (int64_t k = 0; k < depth; ++k) {
+          if (mask.get(r, k)) {
+            a(r, k) = -0.0f;
+            break;
+          }
+        }
+      }
+      const ConstMatrixViewF av(a.data(), rows, depth, depth + 3);
+      nm_gemm_bf16_pack_masked_into(av, mask, p, masked);
+      const NmGemmBf16Operand ref = nm_gemm_bf16_pack(nm_compress_masked(av, mask, p));
+      const std::string what = p.to_string() + " rows " + std::to_string(rows);
+      EXPECT_EQ(masked.rows, rows) << what;
+      EXPECT_EQ(masked.depth, depth) << what;
+      EXPECT_TRUE(std::equal(masked.values.begin(), masked.values.end(), ref.values.begin(),
+                             ref.values.end()))
+          << what;
+      EXPECT_TRUE(
+          std::equal(masked.index.begin(), masked.index.end(), ref.index.begin(), ref.index.end()))
+          << what;
+    }
+  }
+  BitMask full(4, 8);
+  full.fill(true);
+  const Matrix a = testing::random_matrix(4, 8, 3);
+  testing::expect_error(
+      [&] {
+        nm_gemm_bf16_pack_masked_into(a.view(), full, {2, 4}, masked);
+      },
+      "row 0 group 0 (columns 0..3) keeps 4 > n (2)");
+  testing::expect_error(
+      [&] {
+        nm_gemm_bf16_pack_masked_into(a.view(), BitMask(4, 4), {2, 4}, masked);
+      },
+      "mask shape (4 x 4) differs");
 }
 
 TEST(NmGemmBf16, Errors) {

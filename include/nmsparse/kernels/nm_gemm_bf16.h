@@ -33,6 +33,7 @@
 #include <string>
 
 #include "nmsparse/core/aligned_buffer.h"
+#include "nmsparse/core/bit_mask.h"
 #include "nmsparse/core/matrix_view.h"
 #include "nmsparse/core/nm_pattern.h"
 #include "nmsparse/format/compressed_nm.h"
@@ -61,6 +62,13 @@ bool nm_gemm_bf16_kernel_active();
 NmGemmBf16Operand nm_gemm_bf16_pack(const CompressedNm& compressed);
 // The same into dst, reusing its buffers when the size fits.
 void nm_gemm_bf16_pack_into(const CompressedNm& compressed, NmGemmBf16Operand& dst);
+
+// The same operand straight from dense A [R, K] (fp32, any ld) and an N:M mask along K, in one
+// pass without the compressed intermediate: nm_gemm_bf16_pack(nm_compress_masked(a, mask,
+// pattern)) word for word (a training layer's per-step packing; for Aᵀ = (P W)ᵀ, transpose_into
+// with the order first, kernels/transpose.h). Throws when a group keeps more than n, naming it.
+void nm_gemm_bf16_pack_masked_into(ConstMatrixViewF a, const BitMask& mask, NmPattern pattern,
+                                   NmGemmBf16Operand& dst);
 
 // Y = X · Aᵀ: x [T, K] bf16 bit patterns (any ld >= K), y [T, R] fp32 (any ld >= R; overwritten).
 // The address ranges of x and y must not overlap (checked).
