@@ -49,7 +49,8 @@ function(nms_isa_sources isa)
     set(flags -mavx512f -mavx512bw -mavx512dq -mavx512vl -ffp-contract=off -Wno-maybe-uninitialized
               -Wno-uninitialized)
   elseif(isa STREQUAL "avx512bf16")  # the avx512 level plus AVX512_BF16 (checked at run time)
-    set(flags -mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx512bf16 -ffp-contract=off)
+    set(flags -mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx512bf16 -ffp-contract=off
+              -Wno-maybe-uninitialized -Wno-uninitialized)
   elseif(isa STREQUAL "avx2")
     set(flags -mavx2 -mfma -ffp-contract=off)
   else()

@@ -71,6 +71,47 @@ std::pair<const char*, const char*> byte_range(MatrixView<T> v) {
   return {begin, end};
 }
 
+// Row block b of nm_gemm_bf16_pack_masked_into's operand, group by group; false when a group
+// keeps more than n.
+bool pack_masked_block_scalar(ConstMatrixViewF a, const BitMask& mask, NmPattern p,
+                              const NmGemmBf16Layout& lay, uint16_t* values, uint16_t* index,
+                              int64_t b) {
+  const uint32_t group_bits = p.m == 32 ? ~0u : (1u << p.m) - 1u;
+  bool ok = true;
+  for (int64_t l = 0; l < kBf16Rows; ++l) {
+    const int64_t r = b * kBf16Rows + l;
+    const bool real = r < a.rows();
+    for (int64_t c = 0; c < lay.chunks; ++c) {
+      uint16_t* v = values + lay.offset(b, c, 0);
+      uint16_t* x = index + lay.offset(b, c, 0);
+      const int64_t cols = std::min(kBf16Chunk, a.cols() - c * kBf16Chunk);
+      // The chunk's 32 mask bits: half of a 64-bit word (chunks start at multiples of 32).
+      const uint32_t bits =
+          real ? static_cast<uint32_t>(mask.row_words(r)[c / 2] >> (32 * (c % 2))) : 0u;
+      int64_t s = 0;
+      for (int64_t g0 = 0; g0 < cols && real; g0 += p.m) {
+        const uint32_t kept = (bits >> g0) & group_bits;
+        if (detail::popcount64(kept) > p.n) ok = false;
+        uint32_t slots = detail::canonical_slots(kept, group_bits, p.n);
+        for (int k = 0; k < p.n; ++k, ++s) {
+          const int64_t at = NmGemmBf16Layout::word(s, l);
+          const int col = std::countr_zero(slots);
+          slots &= slots - 1;
+          const float value = (kept >> col) & 1u ? a(r, c * kBf16Chunk + g0 + col) : 0.0f;
+          v[at] = value == 0.0f ? uint16_t{0} : f32_to_bf16(value);  // -0 stored as +0
+          x[at] = static_cast<uint16_t>(g0 + col);
+        }
+      }
+      // Rows past R, an odd slot count's partner, pairs of a partial chunk past its slots.
+      for (; s < 2 * lay.pairs_per_chunk; ++s) {
+        v[NmGemmBf16Layout::word(s, l)] = 0;
+        x[NmGemmBf16Layout::word(s, l)] = 0;
+      }
+    }
+  }
+  return ok;
+}
+
 }  // namespace
 
 bool nm_gemm_bf16_supports(NmPattern pattern) {
@@ -134,46 +175,22 @@ void nm_gemm_bf16_pack_masked_into(ConstMatrixViewF a, const BitMask& mask, NmPa
     dst.values.resize_for_overwrite(lay.total());
     dst.index.resize_for_overwrite(lay.total());
   }
-  const uint32_t group_bits = p.m == 32 ? ~0u : (1u << p.m) - 1u;
+  const detail::NmGemmBf16PackArgs args{a.data(),
+                                        a.ld(),
+                                        a.rows(),
+                                        a.cols(),
+                                        mask.row_words(0),
+                                        mask.words_per_row(),
+                                        p.n,
+                                        dst.values.data(),
+                                        dst.index.data()};
+  const bool avx512 = p.m == 4 && nm_gemm_bf16_kernel_active();
   std::atomic<bool> overfull{false};
   detail::parallel_for(lay.blocks, [&](int64_t b) {
-    for (int64_t l = 0; l < kBf16Rows; ++l) {
-      const int64_t r = b * kBf16Rows + l;
-      const bool real = r < a.rows();
-      for (int64_t c = 0; c < lay.chunks; ++c) {
-        uint16_t* v = dst.values.data() + lay.offset(b, c, 0);
-        uint16_t* x = dst.index.data() + lay.offset(b, c, 0);
-        const int64_t cols = std::min(kBf16Chunk, a.cols() - c * kBf16Chunk);
-        // The chunk's 32 mask bits: half of a 64-bit word (chunks start at multiples of 32).
-        const uint32_t bits =
-            real ? static_cast<uint32_t>(mask.row_words(r)[c / 2] >> (32 * (c % 2))) : 0u;
-        int64_t s = 0;
-        for (int64_t g0 = 0; g0 < cols && real; g0 += p.m) {
-          const uint32_t kept = (bits >> g0) & group_bits;
-          if (detail::popcount64(kept) > p.n) overfull.store(true, std::memory_order_relaxed);
-          // CompressedNm's canonical slots: the kept columns plus, in a group keeping fewer
-          // than n, the lowest columns not kept (value +0), in increasing column order.
-          uint32_t slots = kept;
-          for (uint32_t free = ~kept & group_bits; detail::popcount64(slots) < p.n;) {
-            slots |= free & (0u - free);
-            free &= free - 1;
-          }
-          for (int k = 0; k < p.n; ++k, ++s) {
-            const int64_t at = NmGemmBf16Layout::word(s, l);
-            const int col = std::countr_zero(slots);
-            slots &= slots - 1;
-            const float value = (kept >> col) & 1u ? a(r, c * kBf16Chunk + g0 + col) : 0.0f;
-            v[at] = value == 0.0f ? uint16_t{0} : f32_to_bf16(value);  // -0 stored as +0
-            x[at] = static_cast<uint16_t>(g0 + col);
-          }
-        }
-        // Rows past R, an odd slot count's partner, pairs of a partial chunk past its slots.
-        for (; s < 2 * lay.pairs_per_chunk; ++s) {
-          v[NmGemmBf16Layout::word(s, l)] = 0;
-          x[NmGemmBf16Layout::word(s, l)] = 0;
-        }
-      }
-    }
+    const bool ok =
+        avx512 ? detail::nm_gemm_bf16_pack_m4_avx512(args, b)
+               : pack_masked_block_scalar(a, mask, p, lay, dst.values.data(), dst.index.data(), b);
+    if (!ok) overfull.store(true, std::memory_order_relaxed);
   });
   if (overfull.load()) {
     for (int64_t r = 0; r < a.rows(); ++r) {

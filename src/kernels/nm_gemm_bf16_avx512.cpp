@@ -6,9 +6,11 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 
 #include "kernels/nm_gemm_bf16_layout.h"
+#include "kernels/transpose16_avx512.h"
 
 namespace nms::detail {
 namespace {
@@ -109,7 +111,97 @@ void tail_tile(const NmGemmBf16Args& a, const NmGemmBf16Layout& lay, int64_t rt,
   }
 }
 
+// Per-nibble popcounts of x (8 groups of 4 bits), each in its nibble.
+inline uint32_t nibble_counts(uint32_t x) {
+  x = x - ((x >> 1) & 0x55555555u);
+  return (x & 0x33333333u) + ((x >> 2) & 0x33333333u);
+}
+
+// One row's chunk (cols <= 32 columns at `a`, mask bits `bits`): its slots as 32-bit pairs, the
+// bf16 values in `values` and their 16-bit columns in `index` (element p = pair p; pairs past
+// the chunk's slots 0). False when a group keeps more than n.
+inline bool pack_row_chunk(const float* a, uint32_t bits, int64_t cols, int n, __m512i& values,
+                           __m512i& index) {
+  const uint32_t col_bits = cols >= 32 ? ~0u : (1u << cols) - 1u;
+  const uint32_t nibbles_hi = 0x88888888u & col_bits;  // bit 3 of every nibble inside cols
+  const uint32_t counts = nibble_counts(bits);
+  const auto per_nibble = [](uint32_t v) { return v * 0x11111111u; };
+  if (((counts + per_nibble(7u - static_cast<uint32_t>(n))) & nibbles_hi) != 0) return false;
+  uint32_t slots = bits;
+  if (((counts + per_nibble(8u - static_cast<uint32_t>(n))) & nibbles_hi) != nibbles_hi) {
+    slots = 0;  // some group keeps fewer than n: the canonical padding, group by group
+    for (int64_t g0 = 0; g0 < cols; g0 += 4)
+      slots |= canonical_slots((bits >> g0) & 15u, 15u, n) << g0;
+  }
+  const auto lo = static_cast<__mmask16>(slots);
+  const auto hi = static_cast<__mmask16>(slots >> 16);
+  const __m512 v0 = _mm512_maskz_loadu_ps(static_cast<__mmask16>(bits), a);
+  const __m512 v1 = _mm512_maskz_loadu_ps(static_cast<__mmask16>(bits >> 16), a + 16);
+  const __m512 c0 = _mm512_maskz_compress_ps(lo, v0);
+  const __m512 c1 = _mm512_maskz_compress_ps(hi, v1);
+  const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512i i0 = _mm512_maskz_compress_epi32(lo, iota);
+  const __m512i i1 = _mm512_maskz_compress_epi32(hi, _mm512_add_epi32(iota, _mm512_set1_epi32(16)));
+  // Slot j of the chunk: element j of c0 below k0 = popcount(lo), else element j - k0 of c1.
+  const int k0 = std::popcount(static_cast<uint32_t>(lo));
+  const int total = std::popcount(slots);
+  const __m512i shift = _mm512_set1_epi32(16 - k0);
+  const __m512i j_lo = iota;
+  const __m512i j_hi = _mm512_add_epi32(iota, _mm512_set1_epi32(16));
+  const __m512i from_lo = _mm512_mask_add_epi32(
+      j_lo, _mm512_cmpge_epi32_mask(j_lo, _mm512_set1_epi32(k0)), j_lo, shift);
+  const __m512i from_hi = _mm512_add_epi32(j_hi, shift);
+  const auto valid_lo = static_cast<__mmask16>(total >= 16 ? 0xFFFFu : (1u << total) - 1u);
+  const auto valid_hi = static_cast<__mmask16>(total <= 16 ? 0u : (1u << (total - 16)) - 1u);
+  __m512 s0 = _mm512_maskz_permutex2var_ps(valid_lo, c0, from_lo, c1);
+  __m512 s1 = _mm512_maskz_permutex2var_ps(valid_hi, c0, from_hi, c1);
+  // Kept zeros stored as +0 (CompressedNm's canonical zero).
+  s0 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(s0, _mm512_setzero_ps(), _CMP_NEQ_UQ), s0);
+  s1 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(s1, _mm512_setzero_ps(), _CMP_NEQ_UQ), s1);
+  values = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(s1, s0));
+  const __m512i x0 = _mm512_maskz_permutex2var_epi32(valid_lo, i0, from_lo, i1);
+  const __m512i x1 = _mm512_maskz_permutex2var_epi32(valid_hi, i0, from_hi, i1);
+  index = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(x0)),
+                             _mm512_cvtepi32_epi16(x1), 1);
+  return true;
+}
+
 }  // namespace
+
+// Per half block (16 rows) and chunk: each row's slots as one vector of pairs, then a 16 x 16
+// transpose of 32-bit elements turns them into the layout's per-pair rows of 16 lanes.
+bool nm_gemm_bf16_pack_m4_avx512(const NmGemmBf16PackArgs& p, int64_t b) {
+  const NmGemmBf16Layout lay(p.rows, p.depth, p.n, 4);
+  for (int64_t h = 0; h < 2; ++h) {
+    for (int64_t c = 0; c < lay.chunks; ++c) {
+      const int64_t cols = std::min(kBf16Chunk, p.depth - c * kBf16Chunk);
+      __m512 v[16], x[16];
+      for (int64_t l = 0; l < 16; ++l) {
+        const int64_t r = b * kBf16Rows + 16 * h + l;
+        __m512i vi = _mm512_setzero_si512();
+        __m512i xi = _mm512_setzero_si512();
+        if (r < p.rows) {
+          const uint32_t bits =
+              static_cast<uint32_t>(p.mask[r * p.words_per_row + c / 2] >> (32 * (c % 2))) &
+              (cols >= 32 ? ~0u : (1u << cols) - 1u);
+          if (!pack_row_chunk(p.a + r * p.lda + c * kBf16Chunk, bits, cols, p.n, vi, xi)) {
+            return false;
+          }
+        }
+        v[l] = _mm512_castsi512_ps(vi);
+        x[l] = _mm512_castsi512_ps(xi);
+      }
+      transpose16(v);
+      transpose16(x);
+      for (int64_t q = 0; q < lay.pairs_per_chunk; ++q) {
+        const int64_t at = lay.offset(b, c, q) + 32 * h;
+        _mm512_store_si512(p.values + at, _mm512_castps_si512(v[q]));
+        _mm512_store_si512(p.index + at, _mm512_castps_si512(x[q]));
+      }
+    }
+  }
+  return true;
+}
 
 void nm_gemm_bf16_avx512(const NmGemmBf16Args& a, int64_t t_begin, int64_t t_end, int64_t b_begin,
                          int64_t b_end) {

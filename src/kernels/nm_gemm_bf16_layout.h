@@ -15,6 +15,7 @@
 // slots): value 0, column 0.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 
 namespace nms::detail {
@@ -47,6 +48,35 @@ struct NmGemmBf16Layout {
     return slot / 2 * 2 * kBf16Rows + row / 16 * 32 + row % 16 * 2 + slot % 2;
   }
 };
+
+// CompressedNm's canonical slots of one group (its m bits of `kept`, none over n): the kept
+// columns plus, when fewer than n, the lowest columns not kept. Internal linkage (static): the
+// scalar and the AVX-512 translation units each compile their own copy with their own flags.
+static inline uint32_t canonical_slots(uint32_t kept, uint32_t group_bits, int n) {
+  uint32_t slots = kept;
+  for (uint32_t free = ~kept & group_bits; std::popcount(slots) < n;) {
+    slots |= free & (0u - free);
+    free &= free - 1;
+  }
+  return slots;
+}
+
+// What the AVX-512 BF16 pack reads and writes (m == 4): dense A [rows, depth] (row stride lda)
+// and its mask (BitMask words, words_per_row per row) into the operand's buffers.
+struct NmGemmBf16PackArgs {
+  const float* a;
+  int64_t lda;
+  int64_t rows, depth;
+  const uint64_t* mask;
+  int64_t words_per_row;
+  int n;
+  uint16_t* values;
+  uint16_t* index;
+};
+
+// Row block b of the operand, every word written; false when a group keeps more than n (the
+// block is then unspecified and the caller names the group).
+bool nm_gemm_bf16_pack_m4_avx512(const NmGemmBf16PackArgs& p, int64_t b);
 
 // What the AVX-512 BF16 kernel reads (nm_gemm_bf16_avx512.cpp).
 struct NmGemmBf16Args {

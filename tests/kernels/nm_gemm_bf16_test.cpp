@@ -155,7 +155,8 @@ TEST(NmGemmBf16, PackMaskedEqualsPackOfCompressed) {
   // (random_nm), a kept -0.0, a leading dimension past the width; the operand reused.
   NmGemmBf16Operand masked;
   uint64_t seed = 40;
-  for (const NmPattern p : {NmPattern{2, 4}, {1, 2}, {3, 8}, {8, 16}, {16, 32}, {1, 32}, {3, 32}}) {
+  for (const NmPattern p :
+       {NmPattern{2, 4}, {1, 4}, {3, 4}, {1, 2}, {3, 8}, {8, 16}, {16, 32}, {1, 32}, {3, 32}}) {
     for (const int64_t rows : {1, 31, 33, 70}) {
       const int64_t depth = 64 + p.m;
       const Matrix d = testing::random_nm(rows, depth, p, NmAxis::kRows, seed++);
@@ -176,27 +177,36 @@ TEST(NmGemmBf16, PackMaskedEqualsPackOfCompressed) {
         }
       }
       const ConstMatrixViewF av(a.data(), rows, depth, depth + 3);
-      nm_gemm_bf16_pack_masked_into(av, mask, p, masked);
       const NmGemmBf16Operand ref = nm_gemm_bf16_pack(nm_compress_masked(av, mask, p));
-      const std::string what = p.to_string() + " rows " + std::to_string(rows);
-      EXPECT_EQ(masked.rows, rows) << what;
-      EXPECT_EQ(masked.depth, depth) << what;
-      EXPECT_TRUE(std::equal(masked.values.begin(), masked.values.end(), ref.values.begin(),
-                             ref.values.end()))
-          << what;
-      EXPECT_TRUE(
-          std::equal(masked.index.begin(), masked.index.end(), ref.index.begin(), ref.index.end()))
-          << what;
+      for (const bool scalar : {false, true}) {  // m = 4 has an AVX-512 packer
+        {
+          const ScopedIsa isa(scalar ? Isa::kScalar : isa_supported());
+          nm_gemm_bf16_pack_masked_into(av, mask, p, masked);
+        }
+        const std::string what =
+            p.to_string() + " rows " + std::to_string(rows) + (scalar ? " scalar" : "");
+        EXPECT_EQ(masked.rows, rows) << what;
+        EXPECT_EQ(masked.depth, depth) << what;
+        EXPECT_TRUE(std::equal(masked.values.begin(), masked.values.end(), ref.values.begin(),
+                               ref.values.end()))
+            << what;
+        EXPECT_TRUE(std::equal(masked.index.begin(), masked.index.end(), ref.index.begin(),
+                               ref.index.end()))
+            << what;
+      }
     }
   }
   BitMask full(4, 8);
   full.fill(true);
   const Matrix a = testing::random_matrix(4, 8, 3);
-  testing::expect_error(
-      [&] {
-        nm_gemm_bf16_pack_masked_into(a.view(), full, {2, 4}, masked);
-      },
-      "row 0 group 0 (columns 0..3) keeps 4 > n (2)");
+  for (const bool scalar : {false, true}) {
+    const ScopedIsa isa(scalar ? Isa::kScalar : isa_supported());
+    testing::expect_error(
+        [&] {
+          nm_gemm_bf16_pack_masked_into(a.view(), full, {2, 4}, masked);
+        },
+        "row 0 group 0 (columns 0..3) keeps 4 > n (2)");
+  }
   testing::expect_error(
       [&] {
         nm_gemm_bf16_pack_masked_into(a.view(), BitMask(4, 4), {2, 4}, masked);
