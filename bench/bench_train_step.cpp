@@ -7,6 +7,8 @@
 //   bench_train_step [--model mlp|vit] [--hidden 4096] [--batch 512] [--nm 2:4] [--threads 1]
 //                    [--rounds 15] [--configs bimask+mvue,transposable+mvue] [--json FILE]
 //
+// A configuration is weights+grads[+inputs]: transposable+mvue+bf16 runs the sparse forward and
+// backward-data GEMMs on bf16 inputs (nm_gemm_bf16); the dense network stays fp32.
 // mlp: 784 → hidden → hidden → 10 (ReLU). vit: the models.h vision transformer (patch 4, width
 // 192, 4 blocks). The classifier head (out 10) stays dense in every configuration.
 #include <dlfcn.h>
@@ -51,16 +53,22 @@ struct Config {
 Config parse_config(const std::string& text, nms::NmPattern pattern) {
   Config c{text, {}};
   if (text == "dense") return c;
-  const auto plus = text.find('+');
-  const std::string weights = text.substr(0, plus);
-  const std::string grads = plus == std::string::npos ? "dense" : text.substr(plus + 1);
-  const auto w = nms::weight_mode_from_name(weights);
-  const auto g = nms::grad_mode_from_name(grads);
-  if (!w || !g) {
+  // weights[+grads[+inputs]], e.g. bimask+mvue or transposable+mvue+bf16.
+  std::vector<std::string> parts;
+  for (size_t pos = 0; pos <= text.size();) {
+    const size_t plus = std::min(text.find('+', pos), text.size());
+    parts.push_back(text.substr(pos, plus - pos));
+    pos = plus + 1;
+  }
+  const auto w = nms::weight_mode_from_name(parts[0]);
+  const auto g = nms::grad_mode_from_name(parts.size() > 1 ? parts[1] : "dense");
+  const auto in = nms::gemm_inputs_from_name(parts.size() > 2 ? parts[2] : "fp32");
+  if (!w || !g || !in || parts.size() > 3) {
     std::cerr << "bench_train_step: unknown configuration '" << text
-              << "' (weights+grads, e.g. bimask+mvue)\n";
+              << "' (weights+grads[+inputs], e.g. bimask+mvue or transposable+mvue+bf16)\n";
     std::exit(2);
   }
+  c.layer.inputs = *in;
   c.layer.weights = *w;
   c.layer.grads = *g;
   c.layer.pattern = pattern;

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "nmsparse/core/error.h"
+#include "nmsparse/kernels/nm_gemm_bf16.h"
 #include "torch/sparse_linear_internal.h"
 
 namespace nms {
@@ -23,6 +24,7 @@ std::optional<E> from_name(std::string_view name, const std::array<std::string_v
 constexpr std::array<std::string_view, 4> kWeightModeNames{"dense", "nm", "transposable", "bimask"};
 constexpr std::array<std::string_view, 4> kGradModeNames{"dense", "mvue", "mvue-approx24", "topn"};
 constexpr std::array<std::string_view, 2> kExecPathNames{"reference", "kernels"};
+constexpr std::array<std::string_view, 2> kGemmInputsNames{"fp32", "bf16"};
 
 }  // namespace
 
@@ -45,6 +47,13 @@ std::optional<ExecPath> exec_path_from_name(std::string_view name) {
   return from_name<ExecPath>(name, kExecPathNames);
 }
 
+std::string_view gemm_inputs_name(GemmInputs inputs) {
+  return kGemmInputsNames[static_cast<size_t>(inputs)];
+}
+std::optional<GemmInputs> gemm_inputs_from_name(std::string_view name) {
+  return from_name<GemmInputs>(name, kGemmInputsNames);
+}
+
 void SparseLinearConfig::validate() const {
   pattern.validate();
   grad_pattern.validate();
@@ -56,6 +65,13 @@ void SparseLinearConfig::validate() const {
             bimask_candidates, ") must be in [0, 1000000]");
   NMS_CHECK(grads != GradMode::kMvueApprox24 || grad_pattern == NmPattern::make(2, 4),
             "grads mvue-approx24 needs the gradient pattern 2:4, not ", grad_pattern.to_string());
+  if (inputs == GemmInputs::kBf16 && weights != WeightMode::kDense) {
+    NMS_CHECK(nm_gemm_bf16_supports(pattern), "bf16 inputs need a pattern whose m divides 32, not ",
+              pattern.to_string());
+    NMS_CHECK(path == ExecPath::kReference || nm_gemm_bf16_kernel_active(),
+              "bf16 inputs on the kernel path need a CPU with AVX512_BF16 (and NMSPARSE_ISA at "
+              "avx512); use fp32 inputs or the reference path");
+  }
 }
 
 std::string SparseLinearConfig::describe() const {
@@ -68,6 +84,7 @@ std::string SparseLinearConfig::describe() const {
   os << " / " << grad_mode_name(grads);
   if (grads != GradMode::kDense) os << ' ' << grad_pattern.to_string();
   os << " / " << exec_path_name(path);
+  if (inputs == GemmInputs::kBf16) os << " / bf16 inputs";
   return os.str();
 }
 

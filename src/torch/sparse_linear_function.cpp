@@ -22,6 +22,7 @@
 #include "nmsparse/format/compressed_nm.h"
 #include "nmsparse/grad/prune.h"
 #include "nmsparse/kernels/nm_gemm.h"
+#include "nmsparse/kernels/nm_gemm_bf16.h"
 #include "nmsparse/kernels/nm_wgrad.h"
 #include "nmsparse/kernels/transpose.h"
 #include "nmsparse/mask/bimask.h"
@@ -50,6 +51,11 @@ struct SparseLinearWorkspace {
   const void* snapshot_storage = nullptr;
   NmGemmOperand forward_operand;   // M_f ⊙ W
   NmGemmOperand backward_operand;  // (P (M_b ⊙ W))ᵀ
+  // bf16 inputs: the same two operands for nm_gemm_bf16, and (P W)ᵀ in fp32 to pack the second
+  // from.
+  NmGemmBf16Operand forward_operand_bf16;
+  NmGemmBf16Operand backward_operand_bf16;
+  torch::Tensor weight_t;
   NmWgradWorkspace wgrad;
 };
 
@@ -326,6 +332,29 @@ torch::Tensor kernel_gemm(const torch::Tensor& x, const NmGemmOperand& operand, 
   return y;
 }
 
+// t rounded to bf16 (round to nearest even) and back to float: what nm_gemm_bf16 multiplies, as
+// the reference path sees it.
+torch::Tensor rounded_to_bf16(const torch::Tensor& t) {
+  return t.to(torch::kBFloat16).to(t.scalar_type());
+}
+
+// Y = X Aᵀ on nm_gemm_bf16 for a packed A: X rounded to bf16 here (LibTorch's conversion, round to
+// nearest even as core/half.h), y fp32 [T, rows].
+torch::Tensor kernel_gemm_bf16(const torch::Tensor& x, const NmGemmBf16Operand& operand,
+                               double& gemm_slot) {
+  torch::Tensor x16;
+  {
+    ProfileTimer timer(g_profile.operand_prep);
+    x16 = x.to(torch::kBFloat16).contiguous();
+  }
+  ProfileTimer timer(gemm_slot);
+  torch::Tensor y = torch::empty({x.size(0), operand.rows}, x.options());
+  nm_gemm_bf16(MatrixView<const uint16_t>(reinterpret_cast<const uint16_t*>(x16.data_ptr()),
+                                          x16.size(0), x16.size(1)),
+               operand, mutable_view(y));
+  return y;
+}
+
 class SparseLinearFunction : public torch::autograd::Function<SparseLinearFunction> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
@@ -333,14 +362,29 @@ class SparseLinearFunction : public torch::autograd::Function<SparseLinearFuncti
                                c10::intrusive_ptr<StepState> state) {
     const SparseLinearConfig& config = state->config;
     torch::Tensor y;
+    const bool bf16 = config.inputs == GemmInputs::kBf16 && config.weights != WeightMode::kDense;
     if (config.weights == WeightMode::kDense || config.path == ExecPath::kReference) {
       torch::Tensor wf = w;
+      torch::Tensor xf = x;
       if (config.weights != WeightMode::kDense) {
         ProfileTimer timer(g_profile.operand_prep);
         wf = masked(w, state->mask_fwd);
+        if (bf16) {
+          wf = rounded_to_bf16(wf);
+          xf = rounded_to_bf16(x);
+        }
       }
       ProfileTimer timer(g_profile.forward_gemm);
-      y = b.defined() ? torch::addmm(b, x, wf.t()) : x.mm(wf.t());
+      y = b.defined() ? torch::addmm(b, xf, wf.t()) : xf.mm(wf.t());
+    } else if (bf16) {
+      SparseLinearWorkspace& ws = SparseLinearAccess::workspace(*state->layer);
+      {
+        ProfileTimer timer(g_profile.operand_prep);
+        nm_gemm_bf16_pack_masked_into(const_view(w), *state->fwd_bits, config.pattern,
+                                      ws.forward_operand_bf16);
+      }
+      y = kernel_gemm_bf16(x, ws.forward_operand_bf16, g_profile.forward_gemm);
+      if (b.defined()) y.add_(b);
     } else {
       SparseLinearWorkspace& ws = SparseLinearAccess::workspace(*state->layer);
       {
@@ -393,14 +437,23 @@ class SparseLinearFunction : public torch::autograd::Function<SparseLinearFuncti
     const bool sparse_kernel =
         config.path == ExecPath::kKernels &&
         (config.weights == WeightMode::kTransposable || config.weights == WeightMode::kBiMask);
+    // bf16 inputs where backward-data is a sparse GEMM (nm weights run it dense, in fp32).
+    const bool bf16 =
+        config.inputs == GemmInputs::kBf16 &&
+        (config.weights == WeightMode::kTransposable || config.weights == WeightMode::kBiMask);
     if (!sparse_kernel) {
       torch::Tensor wb = w;
+      torch::Tensor dyb = dy;
       if (config.weights != WeightMode::kDense) {
         ProfileTimer timer(g_profile.operand_prep);
         wb = masked(w, st.mask_bwd);
+        if (bf16) {
+          wb = rounded_to_bf16(wb);
+          dyb = rounded_to_bf16(dy);
+        }
       }
       ProfileTimer timer(g_profile.backward_data_gemm);
-      return dy.mm(wb);
+      return dyb.mm(wb);
     }
     // A = (P (M_b ⊙ W))ᵀ, P the row permutation (bimask) or the identity, packed from W through
     // register-transposed blocks with the transposed mask (nm_gemm.h); dX = (dY Pᵀ) Aᵀ, the
@@ -421,8 +474,19 @@ class SparseLinearFunction : public torch::autograd::Function<SparseLinearFuncti
         ws.mask_t_step = bimask ? -2 : st.mask_step;
         ws.mask_t_version = version;
       }
-      nm_gemm_pack_masked_transposed_into(const_view(w), order, ws.mask_t, config.pattern,
-                                          ws.backward_operand);
+      if (bf16) {
+        // (P W)ᵀ in fp32, then the bf16 operand from it and the transposed mask.
+        if (!ws.weight_t.defined() || ws.weight_t.size(0) != w.size(1) ||
+            ws.weight_t.size(1) != w.size(0)) {
+          ws.weight_t = torch::empty({w.size(1), w.size(0)}, w.options());
+        }
+        transpose_into(const_view(w), mutable_view(ws.weight_t), order);
+        nm_gemm_bf16_pack_masked_into(const_view(ws.weight_t), ws.mask_t, config.pattern,
+                                      ws.backward_operand_bf16);
+      } else {
+        nm_gemm_pack_masked_transposed_into(const_view(w), order, ws.mask_t, config.pattern,
+                                            ws.backward_operand);
+      }
       if (bimask) {
         const torch::Tensor perm =
             torch::from_blob(const_cast<int64_t*>(st.perm.data()),
@@ -430,6 +494,8 @@ class SparseLinearFunction : public torch::autograd::Function<SparseLinearFuncti
         dy_in = dy.index_select(1, perm);
       }
     }
+    if (bf16)
+      return kernel_gemm_bf16(dy_in, ws.backward_operand_bf16, g_profile.backward_data_gemm);
     return kernel_gemm(dy_in, ws.backward_operand, g_profile.backward_data_gemm);
   }
 

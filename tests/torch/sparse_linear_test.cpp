@@ -8,6 +8,7 @@
 #include <tuple>
 #include <vector>
 
+#include "nmsparse/kernels/nm_gemm_bf16.h"
 #include "nmsparse/mask/bimask.h"
 #include "nmsparse/mask/verify.h"
 #include "nmsparse/torch/sparse_linear.h"
@@ -201,6 +202,74 @@ TEST(SparseLinear, KernelPathMatchesReferencePath) {
             ref->weight.sub_(0.5 * a.dw);
             ker->weight.copy_(ref->weight);
           }
+        }
+      }
+    }
+  }
+}
+
+// bf16 inputs: both paths multiply the same bf16-rounded X, dY and masked weights (products exact
+// in fp32) and sum them in different orders, so expect_close_by_dot_bound's bound holds again,
+// with the rounded operands in Σ|terms|. The weight gradient stays fp32 on both paths.
+TEST(SparseLinear, Bf16InputsKernelPathMatchesReferencePath) {
+  if (!nm_gemm_bf16_kernel_active()) GTEST_SKIP() << "no AVX512_BF16 kernel on this CPU";
+  struct Shape {
+    int64_t tokens, in, out;
+    NmPattern pattern;
+  };
+  const std::vector<Shape> shapes{
+      {37, 64, 32, {2, 4}}, {9, 32, 40, {1, 4}}, {48, 96, 64, {16, 32}}, {3, 8, 8, {2, 4}}};
+  for (const Shape& s : shapes) {
+    for (WeightMode wm : {WeightMode::kNm, WeightMode::kTransposable, WeightMode::kBiMask}) {
+      SCOPED_TRACE(::testing::Message() << s.tokens << "x" << s.in << "->" << s.out << " "
+                                        << s.pattern.to_string() << " " << weight_mode_name(wm));
+      torch::manual_seed(5);
+      SparseLinear ref(s.in, s.out);
+      SparseLinear ker(s.in, s.out);
+      SparseLinear fp32(s.in, s.out);
+      {
+        torch::NoGradGuard no_grad;
+        for (SparseLinear* l : {&ker, &fp32}) {
+          (*l)->weight.copy_(ref->weight);
+          (*l)->bias.copy_(ref->bias);
+        }
+      }
+      SparseLinearConfig config = make_config(wm, GradMode::kMvue, s.pattern, ExecPath::kReference);
+      config.inputs = GemmInputs::kBf16;
+      ref->configure(config);
+      config.path = ExecPath::kKernels;
+      ker->configure(config);
+      config.inputs = GemmInputs::kFp32;
+      fp32->configure(config);
+      for (SparseLinear* l : {&ref, &ker, &fp32}) (*l)->set_stream(11);
+      for (int it = 0; it < 2; ++it) {
+        const torch::Tensor x = torch::randn({s.tokens, s.in});
+        const torch::Tensor r = torch::randn({s.tokens, s.out});
+        const Grads a = step(ref, x, r);
+        const Grads b = step(ker, x, r);
+        const Grads c = step(fp32, x, r);
+        ASSERT_TRUE(torch::equal(ref->mask_fwd, ker->mask_fwd));
+        ASSERT_TRUE(torch::equal(ref->mask_bwd, ker->mask_bwd));
+        const auto round = [](const torch::Tensor& t) {
+          return t.to(torch::kBFloat16).to(torch::kFloat);
+        };
+        const torch::Tensor w = ref->weight.detach();
+        const torch::Tensor wf = round(w * ref->mask_fwd.to(torch::kFloat));
+        expect_close_by_dot_bound(a.y, b.y, round(x).abs().mm(wf.abs().t()) + ref->bias.abs(),
+                                  s.in + 1, "y");
+        if (wm != WeightMode::kNm) {  // nm runs backward-data dense, in fp32
+          const torch::Tensor wb = round(w * ref->mask_bwd.to(torch::kFloat));
+          expect_close_by_dot_bound(a.dx, b.dx, round(r).abs().mm(wb.abs()), s.out, "dx");
+        }
+        EXPECT_TRUE(torch::allclose(a.dw, b.dw, 1e-4, 1e-4));
+        // The rounding happened: fp32 inputs give another Y (2^-9 relative per input).
+        EXPECT_GT((b.y - c.y).abs().max().item<double>(), 0.0);
+        EXPECT_LT((b.y - c.y).abs().max().item<double>(), 0.05 * c.y.abs().max().item<double>());
+        {
+          torch::NoGradGuard no_grad;
+          ref->weight.sub_(0.5 * a.dw);
+          ker->weight.copy_(ref->weight);
+          fp32->weight.copy_(ref->weight);
         }
       }
     }
@@ -449,6 +518,13 @@ TEST(SparseLinear, BadInputGetsClearErrors) {
         ok->forward(torch::randn({2, 8}, torch::kDouble));
       },
       "path kernels runs float32 only");
+  SparseLinearConfig bf16 =
+      make_config(WeightMode::kTransposable, GradMode::kMvue, {3, 6}, ExecPath::kReference);
+  bf16.inputs = GemmInputs::kBf16;
+  testing::expect_error([&] { bf16.validate(); },
+                        "bf16 inputs need a pattern whose m divides 32, not 3:6");
+  EXPECT_EQ(gemm_inputs_from_name("bf16"), GemmInputs::kBf16);
+  EXPECT_FALSE(gemm_inputs_from_name("fp16").has_value());
   EXPECT_EQ(weight_mode_from_name("bimask"), WeightMode::kBiMask);
   EXPECT_EQ(grad_mode_from_name("mvue-approx24"), GradMode::kMvueApprox24);
   EXPECT_FALSE(weight_mode_from_name("sparse").has_value());

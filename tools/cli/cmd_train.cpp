@@ -30,6 +30,7 @@ struct TrainCliOptions {
   std::string grad_nm = "2:4";
   std::string path = "kernels";
   std::string solver = "exact";
+  std::string inputs = "fp32";
   std::string recipe;
   std::string compare;
   std::string optimizer;
@@ -114,8 +115,11 @@ TrainOptions build_options(const TrainCliOptions& o) {
     } catch (const Error& e) {
       NMS_THROW("--grad-nm '", o.grad_nm, "': ", e.what());
     }
+    const auto inputs = gemm_inputs_from_name(o.inputs);
+    NMS_CHECK(inputs.has_value(), "unknown --inputs '", o.inputs, "' (expected fp32 or bf16)");
     d.path = *path;
     d.solver = *solver;
+    d.inputs = *inputs;
     d.seed = o.seed;
   }
   if (!o.optimizer.empty()) {
@@ -319,6 +323,12 @@ void add_train_command(CLI::App& app, int& exit_code) {
   auto* solver =
       cmd->add_option("--solver", o->solver, "Transposable mask solver: exact, greedy or entropic")
           ->capture_default_str();
+  auto* inputs =
+      cmd->add_option("--inputs", o->inputs,
+                      "Inputs of the sparse forward and backward-data GEMMs: fp32, or bf16 (X, dY "
+                      "and the masked weights rounded to bf16, fp32 accumulation; the kernel path "
+                      "needs AVX512_BF16). Weights, gradients and the weight gradient stay fp32")
+          ->capture_default_str();
   cmd->add_option("--recipe", o->recipe,
                   "Recipe JSON (per-layer modes, skips; see recipe.h) instead of the mode flags")
       ->excludes(nm)
@@ -326,7 +336,8 @@ void add_train_command(CLI::App& app, int& exit_code) {
       ->excludes(grads)
       ->excludes(grad_nm)
       ->excludes(path)
-      ->excludes(solver);
+      ->excludes(solver)
+      ->excludes(inputs);
   cmd->add_option("--compare", o->compare,
                   "Comma-separated weights+grads configs run one after another into OUT/<name>/, "
                   "e.g. dense,bimask+mvue,transposable+mvue,nm+topn (overrides --weights/--grads)");

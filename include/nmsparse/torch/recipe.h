@@ -1,7 +1,7 @@
 // Recipes: which SparseLinear layers of a model become sparse, and how. A recipe is JSON:
 //   {"weights": "bimask", "grads": "mvue", "nm": "2:4", "grad_nm": "2:4", "path": "kernels",
 //    "decay": 2e-4, "solver": "exact", "refresh_every": 40, "bimask_every": 100,
-//    "bimask_candidates": 100, "seed": 0, "include_head": false,
+//    "bimask_candidates": 100, "seed": 0, "inputs": "fp32", "include_head": false,
 //    "skip": ["layers.0"],
 //    "layers": {"blocks.0.mlp.fc1": {"nm": "4:8"}}}
 // Every key is optional (defaults: SparseLinearConfig's; dense weights and grads); "layers" entries

@@ -5,6 +5,8 @@
 //   backward-data  dX = dY (M_b ⊙ W)
 //   weight-grad    dW = prune(dY)ᵀ X + λ (1 − M_f) ⊙ W      (straight-through to the dense W)
 //   bias-grad      db = Σ_t dY[t, :]                          (never pruned)
+// (with bf16 inputs, X, dY and the masked weights of the sparse forward and backward-data GEMMs
+// rounded to bf16 first; GemmInputs below)
 // with, per weight mode,
 //   dense         M_f = M_b = 1
 //   nm            M_f = row-wise N:M of |W| along `in`, recomputed every step (SR-STE);
@@ -47,6 +49,12 @@ namespace nms {
 enum class WeightMode { kDense, kNm, kTransposable, kBiMask };
 enum class GradMode { kDense, kMvue, kMvueApprox24, kTopN };
 enum class ExecPath { kReference, kKernels };
+// The inputs of the sparse forward and backward-data GEMMs (transposable and bimask weights; the
+// forward only for nm): fp32, or rounded to bf16 (round to nearest even) with fp32 accumulation
+// (nm_gemm_bf16 on the kernel path, kernels/nm_gemm_bf16.h; the reference path rounds X, dY and
+// the masked weight and multiplies in fp32). Weights, gradients, the weight-gradient GEMM and the
+// dense GEMMs stay fp32.
+enum class GemmInputs { kFp32, kBf16 };
 
 // Names as on the command line: dense|nm|transposable|bimask, dense|mvue|mvue-approx24|topn,
 // reference|kernels (the solver names are mask/transposable.h's). The *_from_name functions return
@@ -57,6 +65,8 @@ std::string_view grad_mode_name(GradMode mode);
 std::optional<GradMode> grad_mode_from_name(std::string_view name);
 std::string_view exec_path_name(ExecPath path);
 std::optional<ExecPath> exec_path_from_name(std::string_view name);
+std::string_view gemm_inputs_name(GemmInputs inputs);  // "fp32" / "bf16"
+std::optional<GemmInputs> gemm_inputs_from_name(std::string_view name);
 
 struct SparseLinearConfig {
   WeightMode weights = WeightMode::kDense;
@@ -70,9 +80,11 @@ struct SparseLinearConfig {
   int bimask_every = 100;       // bimask: steps between permutation searches
   int bimask_candidates = 100;  // bimask: random permutations per search (besides the identity)
   uint64_t seed = 0;            // of the gradient pruning and the permutation candidates
+  GemmInputs inputs = GemmInputs::kFp32;
 
   // Throws nms::Error naming the offending field (patterns, intervals, decay, mvue-approx24 with a
-  // grad pattern other than 2:4).
+  // grad pattern other than 2:4, bf16 inputs with a pattern whose m does not divide 32 or, on the
+  // kernel path, on a CPU without AVX512_BF16).
   void validate() const;
   // One line, e.g. "bimask 2:4 / mvue 2:4 / kernels".
   std::string describe() const;

@@ -19,9 +19,9 @@ namespace {
 using Json = nlohmann::json;
 using OrderedJson = nlohmann::ordered_json;
 
-constexpr std::array<std::string_view, 11> kConfigKeys{
+constexpr std::array<std::string_view, 12> kConfigKeys{
     "weights", "grads",         "nm",           "grad_nm",           "path", "decay",
-    "solver",  "refresh_every", "bimask_every", "bimask_candidates", "seed"};
+    "solver",  "refresh_every", "bimask_every", "bimask_candidates", "seed", "inputs"};
 constexpr std::array<std::string_view, 3> kRecipeKeys{"include_head", "skip", "layers"};
 
 template <size_t N>
@@ -125,6 +125,8 @@ bool apply_config_key(SparseLinearConfig& config, const std::string& key, const 
       fail("parse_recipe", where_of(label, key), value.dump(), " is not an integer >= 0");
     }
     config.seed = value.get<uint64_t>();
+  } else if (key == "inputs") {
+    config.inputs = parse_enum(value, gemm_inputs_from_name, gemm_inputs_name, 2, label, key);
   } else {
     return false;
   }
@@ -180,6 +182,7 @@ OrderedJson config_to_json(const SparseLinearConfig& c) {
   j["bimask_every"] = c.bimask_every;
   j["bimask_candidates"] = c.bimask_candidates;
   j["seed"] = c.seed;
+  j["inputs"] = std::string(gemm_inputs_name(c.inputs));
   return j;
 }
 
@@ -188,7 +191,7 @@ bool same_config(const SparseLinearConfig& a, const SparseLinearConfig& b) {
          a.grad_pattern == b.grad_pattern && a.path == b.path && a.decay == b.decay &&
          a.solver == b.solver && a.refresh_every == b.refresh_every &&
          a.bimask_every == b.bimask_every && a.bimask_candidates == b.bimask_candidates &&
-         a.seed == b.seed;
+         a.seed == b.seed && a.inputs == b.inputs;
 }
 
 }  // namespace

@@ -61,6 +61,7 @@ TEST(Recipe, RoundTrips) {
   r.defaults.bimask_every = 9;
   r.defaults.bimask_candidates = 11;
   r.defaults.seed = 0xfedcba9876543210ull;
+  r.defaults.inputs = GemmInputs::kBf16;
   r.include_head = true;
   r.skip = {"layers.1", "head"};
   r.layer_overrides_json["layers.0"] = R"({ "nm": "1:4",  "weights": "nm" })";
@@ -93,6 +94,8 @@ TEST(Recipe, ErrorsNameKeyAndValue) {
                "\"weights\": unknown value \"sparse\" (valid: dense|nm|transposable|bimask)");
   expect_error([] { parse_recipe(R"({"grads": "mvu"})"); }, "\"grads\": unknown value \"mvu\"");
   expect_error([] { parse_recipe(R"({"path": "gpu"})"); }, "\"path\": unknown value \"gpu\"");
+  expect_error([] { parse_recipe(R"({"inputs": "fp16"})"); },
+               "\"inputs\": unknown value \"fp16\" (valid: fp32|bf16)");
   expect_error([] { parse_recipe(R"({"solver": 3})"); }, "\"solver\": 3 is not a string");
   expect_error([] { parse_recipe(R"({"refresh_every": 1.5})"); },
                "\"refresh_every\": 1.5 is not an integer");
