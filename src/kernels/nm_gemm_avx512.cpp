@@ -7,19 +7,12 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/first_lanes_avx512.h"
 #include "kernels/nm_gemm_layout.h"
 #include "kernels/transpose16_avx512.h"
 
 namespace nms::detail {
 namespace {
-
-inline __mmask16 first_lanes(int64_t count) {
-  return static_cast<__mmask16>(count >= 16 ? 0xFFFFu : (1u << count) - 1u);
-}
-// The same for any count (none for count <= 0).
-inline __mmask16 lanes_upto(int64_t count) {
-  return count <= 0 ? static_cast<__mmask16>(0) : first_lanes(count);
-}
 
 // panel[k][t] = x[t0 + t][k0 + k] for k < width_k, t < 64 (zero for t >= width_t).
 void pack_panel(const NmGemmArgs& a, int64_t t0, int64_t width_t, int64_t k0, int64_t width_k,
@@ -28,7 +21,7 @@ void pack_panel(const NmGemmArgs& a, int64_t t0, int64_t width_t, int64_t k0, in
     for (int64_t k = 0; k < width_k; ++k) {
       const float* src = a.x + (k0 + k) * a.ldx + t0;
       for (int c = 0; c < 4; ++c) {
-        const __m512 v = _mm512_maskz_loadu_ps(lanes_upto(width_t - 16 * c), src + 16 * c);
+        const __m512 v = _mm512_maskz_loadu_ps(first_lanes(width_t - 16 * c), src + 16 * c);
         _mm512_store_ps(panel + k * kNmGemmPanel + 16 * c, v);
       }
     }
@@ -217,7 +210,7 @@ void nm_gemm_avx512_block(const NmGemmArgs& a, int64_t tile0, int64_t tile1, int
         float* out = scratch + q * yb_floats + (r - tile0 * kNmGemmTileRows) * kNmGemmPanel;
         for (int c = 0; c < 4; ++c) {
           // Rows past A and tokens past the call start from 0 (they are never stored).
-          const __mmask16 k = r < r_end ? lanes_upto(width - 16 * c) : 0;
+          const __mmask16 k = r < r_end ? first_lanes(width - 16 * c) : 0;
           const __m512 w = _mm512_maskz_loadu_ps(k, a.start_w + r * a.start_ldw + tq + 16 * c);
           const __m128i keep =
               _mm_maskz_loadu_epi8(k, a.start_keep + r * a.start_ldkeep + tq + 16 * c);

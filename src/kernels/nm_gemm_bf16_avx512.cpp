@@ -9,6 +9,7 @@
 #include <bit>
 #include <cstdint>
 
+#include "kernels/first_lanes_avx512.h"
 #include "kernels/nm_gemm_bf16_layout.h"
 #include "kernels/transpose16_avx512.h"
 
@@ -19,10 +20,6 @@ constexpr int kTileTokens = 8;
 // Chunks per K block: 64 (2048 columns), the fp32 kernel's 2048 columns. A row block's slab of
 // one K block (64 chunks x 8 pairs x 256 bytes = 128 KB at 2:4) stays in L2 for the token block.
 constexpr int64_t kDepthChunks = 64;
-
-inline __mmask16 first_lanes(int64_t count) {
-  return static_cast<__mmask16>(count >= 16 ? 0xFFFFu : count <= 0 ? 0u : (1u << count) - 1u);
-}
 
 // The pairs [0, pairs) of one chunk (entries at v / ix) into the tile's accumulators.
 template <int RT>

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/first_lanes_avx512.h"
 #include "kernels/nm_gemm_lanes_layout.h"
 #include "kernels/transpose16_avx512.h"
 
@@ -24,10 +25,6 @@ constexpr int kTileTokens = 8;
 // (speedup vs OpenBLAS, T 8192 x 768 -> 3072 / 2048^3): 16 chunks 1.29x, 32 1.36 / 1.44x, 64
 // 1.49 / 1.52x, 128 1.48 / 1.52-1.55x.
 constexpr int64_t kDepthChunks = 128;
-
-inline __mmask16 first_lanes(int64_t count) {
-  return static_cast<__mmask16>(count >= 16 ? 0xFFFFu : count <= 0 ? 0u : (1u << count) - 1u);
-}
 
 // The hybrid route's super-tile stage: its 32 rows x 128 tokens of Y, row r's token t_super + i
 // at stage[r · kStageLd + i]. A super-tile starts it from the start term (the first K block with

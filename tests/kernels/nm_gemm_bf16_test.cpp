@@ -11,11 +11,12 @@
 // bound.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
+#include "kernels/gemm_case.h"
+#include "kernels/same_operand.h"
 #include "nmsparse/core/bit_mask.h"
 #include "nmsparse/core/half.h"
 #include "nmsparse/core/isa.h"
@@ -43,16 +44,8 @@ Bf16Matrix to_bf16(const Matrix& m, int64_t ld) {
   return b;
 }
 
-struct Case {
-  int64_t tokens, depth, rows;
-  NmPattern pattern;
-  NmAxis axis;  // kRows: A = D (forward); kCols: A = Dᵀ (backward-data)
-};
-
-std::string describe(const Case& c) {
-  return c.pattern.to_string() + " " + std::string(axis_name(c.axis)) + " T" +
-         std::to_string(c.tokens) + " K" + std::to_string(c.depth) + " R" + std::to_string(c.rows);
-}
+using Case = testing::GemmCase;
+using testing::describe;
 
 // Runs the case at the active level and at the scalar path; each result within the bound of the
 // double reference, and the two equal bit for bit. Returns the active level's result.
@@ -187,12 +180,8 @@ TEST(NmGemmBf16, PackMaskedEqualsPackOfCompressed) {
             p.to_string() + " rows " + std::to_string(rows) + (scalar ? " scalar" : "");
         EXPECT_EQ(masked.rows, rows) << what;
         EXPECT_EQ(masked.depth, depth) << what;
-        EXPECT_TRUE(std::equal(masked.values.begin(), masked.values.end(), ref.values.begin(),
-                               ref.values.end()))
-            << what;
-        EXPECT_TRUE(std::equal(masked.index.begin(), masked.index.end(), ref.index.begin(),
-                               ref.index.end()))
-            << what;
+        testing::expect_same_buffer(masked.values, ref.values, ("values " + what).c_str());
+        testing::expect_same_buffer(masked.index, ref.index, ("index " + what).c_str());
       }
     }
   }

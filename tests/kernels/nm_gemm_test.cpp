@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/gemm_case.h"
 #include "kernels/nm_gemm_layout.h"
 #include "kernels/same_operand.h"
 #include "nmsparse/core/isa.h"
@@ -29,16 +30,8 @@
 namespace nms {
 namespace {
 
-struct Case {
-  int64_t tokens, depth, rows;
-  NmPattern pattern;
-  NmAxis axis;  // kRows: A = D (forward); kCols: A = Dᵀ (backward-data)
-};
-
-std::string describe(const Case& c) {
-  return c.pattern.to_string() + " " + std::string(axis_name(c.axis)) + " T" +
-         std::to_string(c.tokens) + " K" + std::to_string(c.depth) + " R" + std::to_string(c.rows);
-}
+using Case = testing::GemmCase;
+using testing::describe;
 
 // Whether some tile of 2 or more real rows of an entries-form operand keeps the same columns.
 bool reuses_columns(const NmGemmOperand& a) {
