@@ -135,6 +135,7 @@ void nm_gemm_bf16_pack_into(const CompressedNm& compressed, NmGemmBf16Operand& d
   const NmPattern p = compressed.pattern;
   NMS_CHECK(nm_gemm_bf16_supports(p), "nm_gemm_bf16: pattern ", p.to_string(),
             " is not supported (m must divide 32: 1:2, 2:4, 4:8, 8:16, 16:32, ...)");
+  nm_validate(compressed);  // buffer sizes, indices in range and increasing
   const int64_t rows = compressed.value_rows();
   const int64_t depth = compressed.axis_length();
   const NmGemmBf16Layout lay(rows, depth, p.n, p.m);

@@ -229,6 +229,9 @@ TEST(NmGemmBf16, Errors) {
         nm_gemm_bf16_pack(nm_compress(d6.view(), {3, 6}));
       },
       "pattern 3:6 is not supported");
+  CompressedNm corrupt = nm_compress(d.view(), {2, 4});
+  corrupt.values.resize(3);
+  testing::expect_error([&] { nm_gemm_bf16_pack(corrupt); }, "nm_validate");
   EXPECT_TRUE(nm_gemm_bf16_check(xv, a, MatrixViewF(y.data(), 8, 32)).empty());
 }
 
