@@ -2,7 +2,8 @@
 // baselines, alternately in one process at the same thread count: OpenBLAS cblas_sgemm on the
 // masked fp32 matrices (the baseline of the fp32 kernels), the fp32 N:M kernel nm_gemm on the same
 // operand, and, when LibTorch is built, its dense bf16 torch::mm (oneDNN, vdpbf16ps). Counters:
-// medians in ms (dense_ms, fp32_ms, bf16_ms, torch_bf16_ms) and the ratios speedup = dense_ms /
+// medians in ms (dense_ms, fp32_ms, bf16_ms, torch_bf16_ms; bf16_from_fp32_ms: the same kernel
+// reading fp32 X and rounding it as it loads) and the ratios speedup = dense_ms /
 // bf16_ms, speedup_fp32 = dense_ms / fp32_ms, speedup_torch_bf16 = torch_bf16_ms / bf16_ms;
 // max_rel_error = max |ours − fp32 dense| / max |fp32 dense| (bf16 inputs: about 2⁻⁸ relative);
 // pack_fp32_ms / pack_bf16_ms: packing each operand from W and its mask (a training step's cost,
@@ -100,7 +101,8 @@ void BM_NmGemmBf16(benchmark::State& state) {
   nm_gemm(x.view(), a32, y32.view());
   nm_gemm_bf16(x16, a16, y16.view());
   torch_call();
-  std::vector<double> t_dense, t32, t16, t_torch, t_pack32, t_pack16;
+  std::vector<double> t_dense, t32, t16, t16_from32, t_torch, t_pack32, t_pack16;
+  Matrix y16_from32(s.tokens, s.out);
   using clock = std::chrono::steady_clock;
   for (auto _ : state) {
     bench::settle(threads);
@@ -115,6 +117,9 @@ void BM_NmGemmBf16(benchmark::State& state) {
     const auto t4 = clock::now();
     nm_gemm_bf16(x16, a16, y16.view());
     const auto t5 = clock::now();
+    nm_gemm_bf16(x.view(), a16, y16_from32.view());
+    const auto t5b = clock::now();
+    t16_from32.push_back(seconds_of(t5, t5b));
     bench::settle(threads);
     const auto t6 = clock::now();
     torch_call();
@@ -137,6 +142,7 @@ void BM_NmGemmBf16(benchmark::State& state) {
   state.counters["dense_ms"] = dense_ms;
   state.counters["fp32_ms"] = fp32_ms;
   state.counters["bf16_ms"] = bf16_ms;
+  state.counters["bf16_from_fp32_ms"] = bench::median(t16_from32) * 1e3;
   state.counters["pack_fp32_ms"] = bench::median(t_pack32) * 1e3;
   state.counters["pack_bf16_ms"] = bench::median(t_pack16) * 1e3;
   state.counters["speedup"] = dense_ms / bf16_ms;

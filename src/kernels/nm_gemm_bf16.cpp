@@ -6,10 +6,12 @@
 #include <atomic>
 #include <bit>
 #include <string>
+#include <type_traits>
 
 #include "core/bits.h"
 #include "core/parallel.h"
 #include "kernels/nm_gemm_bf16_layout.h"
+#include "kernels/nm_gemm_bias.h"
 #include "nmsparse/core/error.h"
 #include "nmsparse/core/half.h"
 #include "nmsparse/core/isa.h"
@@ -38,10 +40,19 @@ float add_product(float acc, uint16_t x, uint16_t w) {
   return flush_denormal(acc + product);
 }
 
-void run_scalar(MatrixView<const uint16_t> x, const NmGemmBf16Operand& a, MatrixViewF y) {
+uint16_t as_bf16(uint16_t x) {
+  return x;
+}
+uint16_t as_bf16(float x) {
+  return f32_to_bf16(x);
+}
+
+template <class T>
+void run_scalar(MatrixView<const T> x, const NmGemmBf16Operand& a, MatrixViewF y,
+                const float* bias) {
   const NmGemmBf16Layout lay(a.rows, a.depth, a.pattern.n, a.pattern.m);
   detail::parallel_for(x.rows(), [&](int64_t t) {
-    const uint16_t* xr = x.row(t);
+    const T* xr = x.row(t);
     for (int64_t r = 0; r < a.rows; ++r) {
       const int64_t b = r / kBf16Rows;
       const int64_t l = r % kBf16Rows;
@@ -54,12 +65,14 @@ void run_scalar(MatrixView<const uint16_t> x, const NmGemmBf16Operand& a, Matrix
           for (int64_t s : {2 * p + 1, 2 * p}) {  // vdpbf16ps: the odd word first
             const int64_t at = base + NmGemmBf16Layout::word(s, l);
             const int64_t col = c * kBf16Chunk + a.index.data()[at];
-            acc = add_product(acc, col < a.depth ? xr[col] : 0, a.values.data()[at]);
+            const uint16_t xv = col < a.depth ? as_bf16(xr[col]) : uint16_t{0};
+            acc = add_product(acc, xv, a.values.data()[at]);
           }
         }
       }
       y(t, r) = acc;
     }
+    detail::add_bias(y.data(), y.ld(), t, t + 1, 0, a.rows, bias);
   });
 }
 
@@ -210,8 +223,10 @@ NmGemmBf16Operand nm_gemm_bf16_pack(const CompressedNm& compressed) {
   return a;
 }
 
-std::string nm_gemm_bf16_check(MatrixView<const uint16_t> x, const NmGemmBf16Operand& a,
-                               MatrixViewF y) {
+namespace {
+
+template <class T>
+std::string check(MatrixView<const T> x, const NmGemmBf16Operand& a, MatrixViewF y) {
   if (!nm_gemm_bf16_supports(a.pattern)) {
     return "operand pattern " + a.pattern.to_string() + " is not supported";
   }
@@ -236,20 +251,27 @@ std::string nm_gemm_bf16_check(MatrixView<const uint16_t> x, const NmGemmBf16Ope
   return {};
 }
 
-void nm_gemm_bf16(MatrixView<const uint16_t> x, const NmGemmBf16Operand& a, MatrixViewF y) {
-  const std::string error = nm_gemm_bf16_check(x, a, y);
+template <class T>
+void run(MatrixView<const T> x, const NmGemmBf16Operand& a, MatrixViewF y, const float* bias) {
+  const std::string error = check(x, a, y);
   NMS_CHECK(error.empty(), error);
   if (y.size() == 0) return;
   if (a.depth == 0) {
     for (int64_t t = 0; t < y.rows(); ++t) std::fill(y.row(t), y.row(t) + y.cols(), 0.0f);
+    detail::add_bias(y.data(), y.ld(), 0, y.rows(), 0, a.rows, bias);
     return;
   }
   if (!nm_gemm_bf16_kernel_active()) {
-    run_scalar(x, a, y);
+    run_scalar(x, a, y, bias);
     return;
   }
-  detail::NmGemmBf16Args args{x.data(), x.ld(),      a.values.data(), a.index.data(), a.rows,
-                              a.depth,  a.pattern.n, a.pattern.m,     y.data(),       y.ld()};
+  detail::NmGemmBf16Args args{};
+  args.values = a.values.data();
+  args.index = a.index.data();
+  args.rows = a.rows;
+  args.depth = a.depth;
+  args.n = a.pattern.n;
+  args.m = a.pattern.m;
   const NmGemmBf16Layout lay(a.rows, a.depth, a.pattern.n, a.pattern.m);
   const int64_t tokens = x.rows();
   const int64_t token_blocks = (tokens + kTokenBlock - 1) / kTokenBlock;
@@ -259,10 +281,49 @@ void nm_gemm_bf16(MatrixView<const uint16_t> x, const NmGemmBf16Operand& a, Matr
       std::clamp<int64_t>((2 * max_threads() + token_blocks - 1) / token_blocks, 1, lay.blocks);
   detail::parallel_for(token_blocks * row_parts, [&](int64_t i) {
     const int64_t t0 = i / row_parts * kTokenBlock;
-    const int64_t part = i % row_parts;
-    detail::nm_gemm_bf16_avx512(args, t0, std::min(tokens, t0 + kTokenBlock),
-                                part * lay.blocks / row_parts, (part + 1) * lay.blocks / row_parts);
+    const int64_t t1 = std::min(tokens, t0 + kTokenBlock);
+    const int64_t b0 = i % row_parts * lay.blocks / row_parts;
+    const int64_t b1 = (i % row_parts + 1) * lay.blocks / row_parts;
+    detail::NmGemmBf16Args item = args;  // tokens [t0, t1) as rows [0, t1 - t0)
+    item.y = y.row(t0);
+    item.ldy = y.ld();
+    if constexpr (std::is_same_v<T, float>) {
+      // The item's rows of X rounded once into a per-thread buffer (256 x K bf16, in L2 for K up
+      // to 2048), then read by every row block: rounding inside the kernel instead re-rounded
+      // each chunk per row block, 4-10 % of the kernel (one thread, Zen 4, bench_nm_gemm_bf16).
+      thread_local AlignedBuffer<uint16_t> rounded;
+      if (rounded.size() < kTokenBlock * a.depth)
+        rounded.resize_for_overwrite(kTokenBlock * a.depth);
+      detail::round_rows_to_bf16_avx512(x.row(t0), x.ld(), t1 - t0, a.depth, rounded.data());
+      item.x = rounded.data();
+      item.ldx = a.depth;
+    } else {
+      item.x = x.row(t0);
+      item.ldx = x.ld();
+    }
+    detail::nm_gemm_bf16_avx512(item, 0, t1 - t0, b0, b1);
+    detail::add_bias(y.data(), y.ld(), t0, t1, b0 * kBf16Rows, std::min(a.rows, b1 * kBf16Rows),
+                     bias);
   });
+}
+
+}  // namespace
+
+std::string nm_gemm_bf16_check(MatrixView<const uint16_t> x, const NmGemmBf16Operand& a,
+                               MatrixViewF y) {
+  return check(x, a, y);
+}
+std::string nm_gemm_bf16_check(ConstMatrixViewF x, const NmGemmBf16Operand& a, MatrixViewF y) {
+  return check(x, a, y);
+}
+
+void nm_gemm_bf16(MatrixView<const uint16_t> x, const NmGemmBf16Operand& a, MatrixViewF y,
+                  const float* bias) {
+  run(x, a, y, bias);
+}
+void nm_gemm_bf16(ConstMatrixViewF x, const NmGemmBf16Operand& a, MatrixViewF y,
+                  const float* bias) {
+  run(x, a, y, bias);
 }
 
 }  // namespace nms

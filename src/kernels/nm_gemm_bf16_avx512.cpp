@@ -213,4 +213,21 @@ void nm_gemm_bf16_avx512(const NmGemmBf16Args& a, int64_t t_begin, int64_t t_end
   }
 }
 
+void round_rows_to_bf16_avx512(const float* x, int64_t ldx, int64_t rows, int64_t cols,
+                               uint16_t* dst) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* src = x + r * ldx;
+    uint16_t* out = dst + r * cols;
+    for (int64_t j = 0; j < cols; j += 32) {
+      const int64_t left = cols - j;
+      const __mmask16 lo = first_lanes(left);
+      const __mmask16 hi = first_lanes(left - 16);
+      const __m512 a = _mm512_maskz_loadu_ps(lo, src + j);
+      const __m512 b = _mm512_maskz_loadu_ps(hi, src + j + 16);
+      const auto km = static_cast<__mmask32>(lo | (static_cast<uint32_t>(hi) << 16));
+      _mm512_mask_storeu_epi16(out + j, km, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(b, a)));
+    }
+  }
+}
+
 }  // namespace nms::detail

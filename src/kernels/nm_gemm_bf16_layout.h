@@ -95,4 +95,9 @@ struct NmGemmBf16Args {
 void nm_gemm_bf16_avx512(const NmGemmBf16Args& a, int64_t t_begin, int64_t t_end, int64_t b_begin,
                          int64_t b_end);
 
+// x [rows, cols] (row stride ldx) rounded to bf16 (vcvtne2ps2bf16: round to nearest even) into
+// dst [rows, cols] (row stride cols).
+void round_rows_to_bf16_avx512(const float* x, int64_t ldx, int64_t rows, int64_t cols,
+                               uint16_t* dst);
+
 }  // namespace nms::detail

@@ -338,20 +338,14 @@ torch::Tensor rounded_to_bf16(const torch::Tensor& t) {
   return t.to(torch::kBFloat16).to(t.scalar_type());
 }
 
-// Y = X Aᵀ on nm_gemm_bf16 for a packed A: X rounded to bf16 here (LibTorch's conversion, round to
-// nearest even as core/half.h), y fp32 [T, rows].
+// Y = X Aᵀ (+ bias) on nm_gemm_bf16 for a packed A: X fp32, rounded to bf16 as the kernel loads
+// it (round to nearest even, as LibTorch's conversion on the reference path).
 torch::Tensor kernel_gemm_bf16(const torch::Tensor& x, const NmGemmBf16Operand& operand,
-                               double& gemm_slot) {
-  torch::Tensor x16;
-  {
-    ProfileTimer timer(g_profile.operand_prep);
-    x16 = x.to(torch::kBFloat16).contiguous();
-  }
+                               double& gemm_slot, const torch::Tensor& bias = {}) {
   ProfileTimer timer(gemm_slot);
   torch::Tensor y = torch::empty({x.size(0), operand.rows}, x.options());
-  nm_gemm_bf16(MatrixView<const uint16_t>(reinterpret_cast<const uint16_t*>(x16.data_ptr()),
-                                          x16.size(0), x16.size(1)),
-               operand, mutable_view(y));
+  nm_gemm_bf16(const_view(x), operand, mutable_view(y),
+               bias.defined() ? bias.data_ptr<float>() : nullptr);
   return y;
 }
 
@@ -376,26 +370,26 @@ class SparseLinearFunction : public torch::autograd::Function<SparseLinearFuncti
       }
       ProfileTimer timer(g_profile.forward_gemm);
       y = b.defined() ? torch::addmm(b, xf, wf.t()) : xf.mm(wf.t());
-    } else if (bf16) {
-      SparseLinearWorkspace& ws = SparseLinearAccess::workspace(*state->layer);
-      {
-        ProfileTimer timer(g_profile.operand_prep);
-        nm_gemm_bf16_pack_masked_into(const_view(w), *state->fwd_bits, config.pattern,
-                                      ws.forward_operand_bf16);
-      }
-      y = kernel_gemm_bf16(x, ws.forward_operand_bf16, g_profile.forward_gemm);
-      if (b.defined()) y.add_(b);
     } else {
       SparseLinearWorkspace& ws = SparseLinearAccess::workspace(*state->layer);
-      {
-        ProfileTimer timer(g_profile.operand_prep);
-        nm_gemm_pack_masked_into(const_view(w), *state->fwd_bits, config.pattern,
-                                 ws.forward_operand);
-      }
       const bool fuse_bias =
           b.defined() && b.scalar_type() == torch::kFloat && b.is_contiguous() && b.dim() == 1;
-      y = kernel_gemm(x, ws.forward_operand, g_profile.forward_gemm,
-                      fuse_bias ? b : torch::Tensor());
+      const torch::Tensor fused_bias = fuse_bias ? b : torch::Tensor();
+      if (bf16) {
+        {
+          ProfileTimer timer(g_profile.operand_prep);
+          nm_gemm_bf16_pack_masked_into(const_view(w), *state->fwd_bits, config.pattern,
+                                        ws.forward_operand_bf16);
+        }
+        y = kernel_gemm_bf16(x, ws.forward_operand_bf16, g_profile.forward_gemm, fused_bias);
+      } else {
+        {
+          ProfileTimer timer(g_profile.operand_prep);
+          nm_gemm_pack_masked_into(const_view(w), *state->fwd_bits, config.pattern,
+                                   ws.forward_operand);
+        }
+        y = kernel_gemm(x, ws.forward_operand, g_profile.forward_gemm, fused_bias);
+      }
       if (b.defined() && !fuse_bias) y.add_(b);
     }
     ctx->save_for_backward({x, w});

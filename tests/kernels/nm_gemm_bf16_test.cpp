@@ -11,6 +11,7 @@
 // bound.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -141,6 +142,39 @@ TEST(NmGemmBf16, ThreadsDoNotChangeBits) {
     two = check_case(c, 21);
   }
   EXPECT_EQ(one, two);
+}
+
+TEST(NmGemmBf16, Fp32InputsAndBiasEqualTheBf16Call) {
+  // fp32 X rounded as the kernel loads it, against the bf16 call on a rounded copy; the bias
+  // added by the work items, against adding it afterwards. Bit for bit, at both levels, with ties
+  // of the rounding (x.5 ulp of bf16), denormals and a partial chunk.
+  for (const Case& c :
+       {Case{19, 96 + 8, 45, {2, 4}, NmAxis::kRows}, Case{260, 64, 70, {8, 16}, NmAxis::kCols},
+        Case{3, 4, 5, {1, 4}, NmAxis::kRows}}) {
+    const Matrix d = c.axis == NmAxis::kRows
+                         ? testing::random_nm(c.rows, c.depth, c.pattern, c.axis, 8)
+                         : testing::random_nm(c.depth, c.rows, c.pattern, c.axis, 8);
+    const NmGemmBf16Operand a = nm_gemm_bf16_pack(nm_compress(d.view(), c.pattern, c.axis));
+    Matrix x = testing::random_matrix(c.tokens, c.depth, 9);
+    x(0, 0) = 1.0f + 0x1p-8f;                  // a tie: rounds to even (1.0)
+    x(c.tokens - 1, c.depth - 1) = 0x1p-130f;  // a denormal
+    const Bf16Matrix x16 = to_bf16(x, c.depth);
+    const Matrix bias = testing::random_matrix(1, c.rows, 10);
+    for (const bool scalar : {false, true}) {
+      const ScopedIsa isa(scalar ? Isa::kScalar : isa_supported());
+      Matrix from16(c.tokens, c.rows), from32(c.tokens, c.rows), biased(c.tokens, c.rows);
+      nm_gemm_bf16(x16.view(), a, from16.view());
+      nm_gemm_bf16(x.view(), a, from32.view());
+      nm_gemm_bf16(x.view(), a, biased.view(), bias.data());
+      for (int64_t t = 0; t < c.tokens; ++t) {
+        for (int64_t r = 0; r < c.rows; ++r) {
+          ASSERT_EQ(std::bit_cast<uint32_t>(from32(t, r)), std::bit_cast<uint32_t>(from16(t, r)))
+              << describe(c) << (scalar ? " scalar" : "") << " y(" << t << ", " << r << ")";
+          ASSERT_EQ(biased(t, r), from16(t, r) + bias(0, r)) << describe(c);
+        }
+      }
+    }
+  }
 }
 
 TEST(NmGemmBf16, PackMaskedEqualsPackOfCompressed) {
