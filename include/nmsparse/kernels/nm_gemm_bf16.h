@@ -76,9 +76,10 @@ void nm_gemm_bf16_pack_masked_into(ConstMatrixViewF a, const BitMask& mask, NmPa
 // bias[r] (one rounded addition, as nm_gemm does).
 void nm_gemm_bf16(MatrixView<const uint16_t> x, const NmGemmBf16Operand& a, MatrixViewF y,
                   const float* bias = nullptr);
-// The same with fp32 X, rounded to bf16 as the kernel loads it (vcvtne2ps2bf16, round to nearest
-// even as f32_to_bf16): bit for bit the call above on a converted copy of X, without the copy's
-// pass over memory (a vision-transformer step converted 44 M activations and gradients: 16 ms).
+// The same with fp32 X: each work item rounds its 256 rows to bf16 once (vcvtne2ps2bf16, round to
+// nearest even as f32_to_bf16) into a per-thread buffer that stays in cache: bit for bit the call
+// above on a converted copy of X, without the copy's pass over memory (LibTorch's conversion of
+// the 44 M activations and gradients of a vision-transformer step took 16 ms).
 void nm_gemm_bf16(ConstMatrixViewF x, const NmGemmBf16Operand& a, MatrixViewF y,
                   const float* bias = nullptr);
 
