@@ -12,10 +12,12 @@
 #include "core/parallel.h"
 #include "kernels/nm_gemm_bf16_layout.h"
 #include "kernels/nm_gemm_bias.h"
+#include "kernels/row_order.h"
 #include "nmsparse/core/error.h"
 #include "nmsparse/core/half.h"
 #include "nmsparse/core/isa.h"
 #include "nmsparse/core/threading.h"
+#include "nmsparse/kernels/transpose.h"
 
 namespace nms {
 namespace {
@@ -125,6 +127,17 @@ bool pack_masked_block_scalar(ConstMatrixViewF a, const BitMask& mask, NmPattern
   return ok;
 }
 
+// Names the first group of `mask` (row-major order) that keeps more than n.
+void throw_first_overfull_group(const BitMask& mask, NmPattern p) {
+  for (int64_t r = 0; r < mask.rows(); ++r) {
+    for (int64_t c0 = 0; c0 < mask.cols(); c0 += p.m) {
+      const int64_t count = mask.count_row_range(r, c0, p.m);
+      NMS_CHECK(count <= p.n, "row ", r, " group ", c0 / p.m, " (columns ", c0, "..", c0 + p.m - 1,
+                ") keeps ", count, " > n (", p.n, ")");
+    }
+  }
+}
+
 }  // namespace
 
 bool nm_gemm_bf16_supports(NmPattern pattern) {
@@ -191,6 +204,7 @@ void nm_gemm_bf16_pack_masked_into(ConstMatrixViewF a, const BitMask& mask, NmPa
   }
   const detail::NmGemmBf16PackArgs args{a.data(),
                                         a.ld(),
+                                        0,
                                         a.rows(),
                                         a.cols(),
                                         mask.row_words(0),
@@ -206,15 +220,55 @@ void nm_gemm_bf16_pack_masked_into(ConstMatrixViewF a, const BitMask& mask, NmPa
                : pack_masked_block_scalar(a, mask, p, lay, dst.values.data(), dst.index.data(), b);
     if (!ok) overfull.store(true, std::memory_order_relaxed);
   });
-  if (overfull.load()) {
-    for (int64_t r = 0; r < a.rows(); ++r) {
-      for (int64_t c0 = 0; c0 < a.cols(); c0 += p.m) {
-        const int64_t count = mask.count_row_range(r, c0, p.m);
-        NMS_CHECK(count <= p.n, "row ", r, " group ", c0 / p.m, " (columns ", c0, "..",
-                  c0 + p.m - 1, ") keeps ", count, " > n (", p.n, ")");
-      }
-    }
+  if (overfull.load()) throw_first_overfull_group(mask, p);
+}
+
+void nm_gemm_bf16_pack_masked_transposed_into(ConstMatrixViewF w, std::span<const int64_t> order,
+                                              const BitMask& mask_t, NmPattern p,
+                                              NmGemmBf16Operand& dst) {
+  detail::check_row_order(order, w.rows(), "nm_gemm_bf16_pack_masked_transposed_into");
+  const int64_t depth = order.empty() ? w.rows() : static_cast<int64_t>(order.size());
+  if (p.m != 4 || !nm_gemm_bf16_kernel_active()) {  // through a transposed copy
+    Matrix wt(w.cols(), depth);
+    transpose_into(w, wt.view(), order);
+    nm_gemm_bf16_pack_masked_into(wt.view(), mask_t, p, dst);
+    return;
   }
+  NMS_CHECK(mask_t.rows() == w.cols() && mask_t.cols() == depth, "mask shape (", mask_t.rows(),
+            " x ", mask_t.cols(), ") differs from the transposed matrix (", w.cols(), " x ", depth,
+            ")");
+  NMS_CHECK(depth % p.m == 0, "m (", p.m, ") does not divide the grouped axis (", depth, ")");
+  const NmGemmBf16Layout lay(w.cols(), depth, p.n, p.m);
+  dst.rows = w.cols();
+  dst.depth = depth;
+  dst.pattern = p;
+  if (dst.values.size() != lay.total()) {  // every word is written below
+    dst.values.resize_for_overwrite(lay.total());
+    dst.index.resize_for_overwrite(lay.total());
+  }
+  std::atomic<bool> overfull{false};
+  detail::parallel_for(lay.blocks, [&](int64_t b) {
+    // The block's 32 rows of A (columns of W) transposed into a per-thread stage (32 x depth
+    // floats: 512 KB at depth 4096), then packed from it as nm_gemm_bf16_pack_masked_into does.
+    thread_local AlignedBuffer<float> stage;
+    if (stage.size() < kBf16Rows * depth) stage.resize_for_overwrite(kBf16Rows * depth);
+    detail::stage_columns_avx512(w.data(), w.ld(), w.cols(), order.empty() ? nullptr : order.data(),
+                                 depth, b * kBf16Rows, stage.data());
+    const detail::NmGemmBf16PackArgs args{stage.data(),
+                                          depth,
+                                          b * kBf16Rows,
+                                          w.cols(),
+                                          depth,
+                                          mask_t.row_words(0),
+                                          mask_t.words_per_row(),
+                                          p.n,
+                                          dst.values.data(),
+                                          dst.index.data()};
+    if (!detail::nm_gemm_bf16_pack_m4_avx512(args, b)) {
+      overfull.store(true, std::memory_order_relaxed);
+    }
+  });
+  if (overfull.load()) throw_first_overfull_group(mask_t, p);
 }
 
 NmGemmBf16Operand nm_gemm_bf16_pack(const CompressedNm& compressed) {

@@ -49,13 +49,10 @@ struct SparseLinearWorkspace {
   int64_t snapshot_step = -2;
   int64_t snapshot_version = -1;
   const void* snapshot_storage = nullptr;
-  NmGemmOperand forward_operand;   // M_f ⊙ W
-  NmGemmOperand backward_operand;  // (P (M_b ⊙ W))ᵀ
-  // bf16 inputs: the same two operands for nm_gemm_bf16, and (P W)ᵀ in fp32 to pack the second
-  // from.
-  NmGemmBf16Operand forward_operand_bf16;
+  NmGemmOperand forward_operand;           // M_f ⊙ W
+  NmGemmOperand backward_operand;          // (P (M_b ⊙ W))ᵀ
+  NmGemmBf16Operand forward_operand_bf16;  // the same two for nm_gemm_bf16 (bf16 inputs)
   NmGemmBf16Operand backward_operand_bf16;
-  torch::Tensor weight_t;
   NmWgradWorkspace wgrad;
 };
 
@@ -469,14 +466,8 @@ class SparseLinearFunction : public torch::autograd::Function<SparseLinearFuncti
         ws.mask_t_version = version;
       }
       if (bf16) {
-        // (P W)ᵀ in fp32, then the bf16 operand from it and the transposed mask.
-        if (!ws.weight_t.defined() || ws.weight_t.size(0) != w.size(1) ||
-            ws.weight_t.size(1) != w.size(0)) {
-          ws.weight_t = torch::empty({w.size(1), w.size(0)}, w.options());
-        }
-        transpose_into(const_view(w), mutable_view(ws.weight_t), order);
-        nm_gemm_bf16_pack_masked_into(const_view(ws.weight_t), ws.mask_t, config.pattern,
-                                      ws.backward_operand_bf16);
+        nm_gemm_bf16_pack_masked_transposed_into(const_view(w), order, ws.mask_t, config.pattern,
+                                                 ws.backward_operand_bf16);
       } else {
         nm_gemm_pack_masked_transposed_into(const_view(w), order, ws.mask_t, config.pattern,
                                             ws.backward_operand);

@@ -13,6 +13,7 @@
 
 #include <bit>
 #include <cmath>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,7 @@
 #include "nmsparse/core/threading.h"
 #include "nmsparse/format/compressed_nm.h"
 #include "nmsparse/kernels/nm_gemm_bf16.h"
+#include "nmsparse/kernels/transpose.h"
 #include "testing/expect_error.h"
 #include "testing/random.h"
 
@@ -235,6 +237,54 @@ TEST(NmGemmBf16, PackMaskedEqualsPackOfCompressed) {
         nm_gemm_bf16_pack_masked_into(a.view(), BitMask(4, 4), {2, 4}, masked);
       },
       "mask shape (4 x 4) differs");
+}
+
+TEST(NmGemmBf16, PackTransposedEqualsTransposeThenPack) {
+  // A = (P W)ᵀ with and without a row order, C around the 32-row block, K not a multiple of 16.
+  NmGemmBf16Operand fused;
+  NmGemmBf16Operand ref;
+  uint64_t seed = 60;
+  for (const NmPattern p : {NmPattern{2, 4}, {1, 4}, {4, 8}}) {
+    for (const int64_t c : {int64_t{5}, int64_t{32}, int64_t{45}}) {
+      for (const int64_t k : {int64_t{8}, int64_t{36}, int64_t{100}}) {
+        if (k % p.m != 0) continue;
+        const Matrix d = testing::random_nm(c, k, p, NmAxis::kRows, seed++);  // the mask's shape
+        BitMask mask_t(c, k);
+        for (int64_t i = 0; i < c; ++i) {
+          for (int64_t j = 0; j < k; ++j) {
+            if (d(i, j) != 0.0f) mask_t.set(i, j);
+          }
+        }
+        const Matrix w = testing::random_matrix(k + 3, c, seed++);  // R = k + 3 rows
+        std::vector<int64_t> order(static_cast<size_t>(k));
+        for (int64_t i = 0; i < k; ++i) order[static_cast<size_t>(i)] = (7 * i + 2) % (k + 3);
+        for (const bool ordered : {false, true}) {
+          const ConstMatrixViewF wv(w.data(), ordered ? k + 3 : k, c);
+          const std::span<const int64_t> o =
+              ordered ? std::span<const int64_t>(order) : std::span<const int64_t>();
+          Matrix wt(c, k);
+          transpose_into(wv, wt.view(), o);
+          for (const bool scalar : {false, true}) {
+            const ScopedIsa isa(scalar ? Isa::kScalar : isa_supported());
+            nm_gemm_bf16_pack_masked_transposed_into(wv, o, mask_t, p, fused);
+            nm_gemm_bf16_pack_masked_into(wt.view(), mask_t, p, ref);
+            const std::string what = p.to_string() + " C" + std::to_string(c) + " K" +
+                                     std::to_string(k) + (ordered ? " ordered" : "") +
+                                     (scalar ? " scalar" : "");
+            testing::expect_same_buffer(fused.values, ref.values, ("values " + what).c_str());
+            testing::expect_same_buffer(fused.index, ref.index, ("index " + what).c_str());
+          }
+        }
+      }
+    }
+  }
+  const Matrix w = testing::random_matrix(8, 8, 1);
+  const std::vector<int64_t> bad{0, 1, 2, 9, 4, 5, 6, 7};
+  testing::expect_error(
+      [&] {
+        nm_gemm_bf16_pack_masked_transposed_into(w.view(), bad, BitMask(8, 8), {2, 4}, fused);
+      },
+      "9");
 }
 
 TEST(NmGemmBf16, Errors) {

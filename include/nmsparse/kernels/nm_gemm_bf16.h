@@ -30,6 +30,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "nmsparse/core/aligned_buffer.h"
@@ -69,6 +70,15 @@ void nm_gemm_bf16_pack_into(const CompressedNm& compressed, NmGemmBf16Operand& d
 // with the order first, kernels/transpose.h). Throws when a group keeps more than n, naming it.
 void nm_gemm_bf16_pack_masked_into(ConstMatrixViewF a, const BitMask& mask, NmPattern pattern,
                                    NmGemmBf16Operand& dst);
+
+// The same for A = (P W)ᵀ [C, K], A[j][k] = w[order[k]][j] with w [R, C] (order empty: the
+// identity, K = R; every entry in [0, R), checked) and mask_t its mask along k ([C, K]): word for
+// word transpose_into followed by nm_gemm_bf16_pack_masked_into. At m = 4 on the AVX-512 BF16
+// level without the transposed copy: each block of 32 columns of W is transposed through
+// registers into a per-thread stage and packed from there (the backward-data operand each step).
+void nm_gemm_bf16_pack_masked_transposed_into(ConstMatrixViewF w, std::span<const int64_t> order,
+                                              const BitMask& mask_t, NmPattern pattern,
+                                              NmGemmBf16Operand& dst);
 
 // Y = X · Aᵀ (+ bias): x [T, K] bf16 bit patterns (any ld >= K), y [T, R] fp32 (any ld >= R;
 // overwritten). The address ranges of x and y must not overlap (checked). bias (optional, R
