@@ -7,7 +7,8 @@
 // bf16_ms, speedup_fp32 = dense_ms / fp32_ms, speedup_torch_bf16 = torch_bf16_ms / bf16_ms;
 // max_rel_error = max |ours − fp32 dense| / max |fp32 dense| (bf16 inputs: about 2⁻⁸ relative);
 // pack_fp32_ms / pack_bf16_ms: packing each operand from W and its mask (a training step's cost,
-// nm_gemm_pack_masked_into / nm_gemm_bf16_pack_masked_into).
+// nm_gemm_pack_masked_into / nm_gemm_bf16_pack_masked_into); pack_t_*: the same for Wᵀ straight
+// from W (the *_transposed_into packers), with an N:M mask of Wᵀ along out.
 // Run (on a quiet machine, `uptime` load < 1):
 //   build/bench/bench_nm_gemm_bf16 --benchmark_min_time=1
 #include <benchmark/benchmark.h>
@@ -27,6 +28,7 @@
 #include "nmsparse/format/compressed_nm.h"
 #include "nmsparse/kernels/nm_gemm.h"
 #include "nmsparse/kernels/nm_gemm_bf16.h"
+#include "nmsparse/kernels/transpose.h"
 #include "nmsparse/mask/standard.h"
 
 namespace nms {
@@ -101,7 +103,14 @@ void BM_NmGemmBf16(benchmark::State& state) {
   nm_gemm(x.view(), a32, y32.view());
   nm_gemm_bf16(x16, a16, y16.view());
   torch_call();
-  std::vector<double> t_dense, t32, t16, t16_from32, t_torch, t_pack32, t_pack16;
+  std::vector<double> t_dense, t32, t16, t16_from32, t_torch, t_pack32, t_pack16, t_packt32,
+      t_packt16;
+  // Wᵀ's operand (backward-data) with an N:M mask of its own along out.
+  Matrix w_t(s.in, s.out);
+  transpose_into(w.view(), w_t.view());
+  const BitMask mask_t = mask_nm_magnitude(w_t.view(), p);
+  NmGemmOperand a32t;
+  NmGemmBf16Operand a16t;
   Matrix y16_from32(s.tokens, s.out);
   using clock = std::chrono::steady_clock;
   for (auto _ : state) {
@@ -128,8 +137,14 @@ void BM_NmGemmBf16(benchmark::State& state) {
     const auto t8 = clock::now();
     nm_gemm_bf16_pack_masked_into(w.view(), mask, p, a16);
     const auto t9 = clock::now();
+    nm_gemm_pack_masked_transposed_into(w.view(), {}, mask_t, p, a32t);
+    const auto t10 = clock::now();
+    nm_gemm_bf16_pack_masked_transposed_into(w.view(), {}, mask_t, p, a16t);
+    const auto t11 = clock::now();
     t_pack32.push_back(seconds_of(t7, t8));
     t_pack16.push_back(seconds_of(t8, t9));
+    t_packt32.push_back(seconds_of(t9, t10));
+    t_packt16.push_back(seconds_of(t10, t11));
     t_dense.push_back(seconds_of(t0, t1));
     t32.push_back(seconds_of(t2, t3));
     t16.push_back(seconds_of(t4, t5));
@@ -145,6 +160,8 @@ void BM_NmGemmBf16(benchmark::State& state) {
   state.counters["bf16_from_fp32_ms"] = bench::median(t16_from32) * 1e3;
   state.counters["pack_fp32_ms"] = bench::median(t_pack32) * 1e3;
   state.counters["pack_bf16_ms"] = bench::median(t_pack16) * 1e3;
+  state.counters["pack_t_fp32_ms"] = bench::median(t_packt32) * 1e3;
+  state.counters["pack_t_bf16_ms"] = bench::median(t_packt16) * 1e3;
   state.counters["speedup"] = dense_ms / bf16_ms;
   state.counters["speedup_fp32"] = dense_ms / fp32_ms;
 #if defined(NMS_BENCH_TORCH)

@@ -181,8 +181,7 @@ bool nm_gemm_bf16_pack_m4_avx512(const NmGemmBf16PackArgs& p, int64_t b) {
           const uint32_t bits =
               static_cast<uint32_t>(p.mask[r * p.words_per_row + c / 2] >> (32 * (c % 2))) &
               (cols >= 32 ? ~0u : (1u << cols) - 1u);
-          const float* row = p.a + (r - p.a_row0) * p.lda;
-          if (!pack_row_chunk(row + c * kBf16Chunk, bits, cols, p.n, vi, xi)) {
+          if (!pack_row_chunk(p.a + r * p.lda + c * kBf16Chunk, bits, cols, p.n, vi, xi)) {
             return false;
           }
         }
@@ -210,32 +209,6 @@ void nm_gemm_bf16_avx512(const NmGemmBf16Args& a, int64_t t_begin, int64_t t_end
       int64_t t = t_begin;
       for (; t + kTileTokens <= t_end; t += kTileTokens) tile<kTileTokens>(a, lay, t, b, c0, c1);
       if (t < t_end) tail_tile(a, lay, t_end - t, t, b, c0, c1);
-    }
-  }
-}
-
-void stage_columns_avx512(const float* w, int64_t ldw, int64_t cols, const int64_t* order,
-                          int64_t depth, int64_t col0, float* stage) {
-  const __mmask16 c_lo = first_lanes(cols - col0);
-  const __mmask16 c_hi = first_lanes(cols - col0 - 16);
-  for (int64_t k0 = 0; k0 < depth; k0 += 16) {
-    const int64_t n = std::min<int64_t>(16, depth - k0);
-    __m512 lo[16], hi[16];  // lo[i] lane l = w[order[k0 + i]][col0 + l]; hi: lanes 16 + l
-    for (int64_t i = 0; i < 16; ++i) {
-      if (i < n) {
-        const float* src = w + (order != nullptr ? order[k0 + i] : k0 + i) * ldw + col0;
-        lo[i] = _mm512_maskz_loadu_ps(c_lo, src);
-        hi[i] = _mm512_maskz_loadu_ps(c_hi, src + 16);
-      } else {
-        lo[i] = hi[i] = _mm512_setzero_ps();
-      }
-    }
-    transpose16(lo);
-    transpose16(hi);
-    const __mmask16 km = first_lanes(n);
-    for (int64_t l = 0; l < 16; ++l) {
-      _mm512_mask_storeu_ps(stage + l * depth + k0, km, lo[l]);
-      _mm512_mask_storeu_ps(stage + (16 + l) * depth + k0, km, hi[l]);
     }
   }
 }

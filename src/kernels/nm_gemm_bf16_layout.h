@@ -64,9 +64,8 @@ static inline uint32_t canonical_slots(uint32_t kept, uint32_t group_bits, int n
 // What the AVX-512 BF16 pack reads and writes (m == 4): dense A [rows, depth] (row stride lda)
 // and its mask (BitMask words, words_per_row per row) into the operand's buffers.
 struct NmGemmBf16PackArgs {
-  const float* a;  // row a_row0 of A (row r at a + (r − a_row0) · lda)
+  const float* a;
   int64_t lda;
-  int64_t a_row0;
   int64_t rows, depth;
   const uint64_t* mask;
   int64_t words_per_row;
@@ -95,12 +94,6 @@ struct NmGemmBf16Args {
 // per row block, per tile of 8 tokens (Y stored and reloaded between K blocks).
 void nm_gemm_bf16_avx512(const NmGemmBf16Args& a, int64_t t_begin, int64_t t_end, int64_t b_begin,
                          int64_t b_end);
-
-// Columns [col0, col0 + 32) of w (those < cols) in the row order `order` (null: the identity),
-// rows [0, depth), transposed into stage [32][depth]: stage[l · depth + k] = w[order[k]][col0 + l]
-// (zero for columns past cols). 16 x 16 register transposes.
-void stage_columns_avx512(const float* w, int64_t ldw, int64_t cols, const int64_t* order,
-                          int64_t depth, int64_t col0, float* stage);
 
 // x [rows, cols] (row stride ldx) rounded to bf16 (vcvtne2ps2bf16: round to nearest even) into
 // dst [rows, cols] (row stride cols).

@@ -72,10 +72,9 @@ void nm_gemm_bf16_pack_masked_into(ConstMatrixViewF a, const BitMask& mask, NmPa
                                    NmGemmBf16Operand& dst);
 
 // The same for A = (P W)ᵀ [C, K], A[j][k] = w[order[k]][j] with w [R, C] (order empty: the
-// identity, K = R; every entry in [0, R), checked) and mask_t its mask along k ([C, K]): word for
-// word transpose_into followed by nm_gemm_bf16_pack_masked_into. At m = 4 on the AVX-512 BF16
-// level without the transposed copy: each block of 32 columns of W is transposed through
-// registers into a per-thread stage and packed from there (the backward-data operand each step).
+// identity, K = R; every entry in [0, R), checked) and mask_t its mask along k ([C, K]): through
+// a transposed copy of W (transpose_into) that the calling thread keeps for its next call, then
+// nm_gemm_bf16_pack_masked_into (the backward-data operand each step).
 void nm_gemm_bf16_pack_masked_transposed_into(ConstMatrixViewF w, std::span<const int64_t> order,
                                               const BitMask& mask_t, NmPattern pattern,
                                               NmGemmBf16Operand& dst);
