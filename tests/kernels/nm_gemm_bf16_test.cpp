@@ -241,6 +241,8 @@ TEST(NmGemmBf16, PackMaskedEqualsPackOfCompressed) {
 
 TEST(NmGemmBf16, PackTransposedEqualsTransposeThenPack) {
   // A = (P W)ᵀ with and without a row order, C around the 32-row block, K not a multiple of 16.
+  // The packer takes this route itself (through a copy it keeps per thread): the test guards the
+  // copy's reuse across shapes and the order check.
   NmGemmBf16Operand fused;
   NmGemmBf16Operand ref;
   uint64_t seed = 60;
