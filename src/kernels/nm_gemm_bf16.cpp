@@ -10,6 +10,7 @@
 
 #include "core/bits.h"
 #include "core/parallel.h"
+#include "core/views_overlap.h"
 #include "kernels/nm_gemm_bf16_layout.h"
 #include "kernels/nm_gemm_bias.h"
 #include "kernels/row_order.h"
@@ -76,14 +77,6 @@ void run_scalar(MatrixView<const T> x, const NmGemmBf16Operand& a, MatrixViewF y
     }
     detail::add_bias(y.data(), y.ld(), t, t + 1, 0, a.rows, bias);
   });
-}
-
-// The first byte of a view's range and one past its last.
-template <class T>
-std::pair<const char*, const char*> byte_range(MatrixView<T> v) {
-  const auto* begin = reinterpret_cast<const char*>(v.data());
-  const auto* end = reinterpret_cast<const char*>(v.data() + (v.rows() - 1) * v.ld() + v.cols());
-  return {begin, end};
 }
 
 // Row block b of nm_gemm_bf16_pack_masked_into's operand, group by group; false when a group
@@ -264,11 +257,7 @@ std::string check(MatrixView<const T> x, const NmGemmBf16Operand& a, MatrixViewF
     return "y is " + std::to_string(y.rows()) + " x " + std::to_string(y.cols()) + ", expected " +
            std::to_string(x.rows()) + " x " + std::to_string(a.rows);
   }
-  if (x.size() > 0 && y.size() > 0) {
-    const auto [xb, xe] = byte_range(x);
-    const auto [yb, ye] = byte_range(MatrixView<const float>(y));
-    if (xb < ye && yb < xe) return "x and y overlap";
-  }
+  if (detail::views_overlap(x, y)) return "x and y overlap";
   return {};
 }
 
@@ -276,6 +265,10 @@ template <class T>
 void run(MatrixView<const T> x, const NmGemmBf16Operand& a, MatrixViewF y, const float* bias) {
   const std::string error = check(x, a, y);
   NMS_CHECK(error.empty(), error);
+  if (bias != nullptr && a.rows > 0 && y.rows() > 0) {
+    NMS_CHECK(!detail::views_overlap(ConstMatrixViewF(bias, 1, a.rows, a.rows), y),
+              "the bias lies inside y");
+  }
   if (y.size() == 0) return;
   if (a.depth == 0) {
     for (int64_t t = 0; t < y.rows(); ++t) std::fill(y.row(t), y.row(t) + y.cols(), 0.0f);

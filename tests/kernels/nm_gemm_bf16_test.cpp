@@ -307,6 +307,8 @@ TEST(NmGemmBf16, Errors) {
       "x and y overlap");
   NmGemmBf16Operand unpacked = a;
   unpacked.values.resize(16);
+  testing::expect_error([&] { nm_gemm_bf16(xv, a, MatrixViewF(y.data(), 8, 32), y.data() + 40); },
+                        "the bias lies inside y");
   testing::expect_error([&] { nm_gemm_bf16(xv, unpacked, MatrixViewF(y.data(), 8, 32)); },
                         "not packed");
   const Matrix d6 = testing::random_nm(4, 36, {3, 6}, NmAxis::kRows, 3);
