@@ -10,12 +10,14 @@
 // Run (on a quiet machine, `uptime` load < 1):
 //   build/bench/bench_wgrad --benchmark_min_time=0.5
 //   build/bench/bench_wgrad --benchmark_filter=Kernels --benchmark_min_time=0.5
+//   build/bench/bench_wgrad --benchmark_filter=Bf16 --benchmark_min_time=0.5
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -26,6 +28,7 @@
 #include "nmsparse/format/compressed_nm.h"
 #include "nmsparse/grad/prune.h"
 #include "nmsparse/kernels/nm_wgrad.h"
+#include "nmsparse/kernels/nm_wgrad_bf16.h"
 
 namespace nms {
 namespace {
@@ -170,6 +173,68 @@ void BM_NmWgradDecay(benchmark::State& state) {
 }
 BENCHMARK(BM_NmWgradDecay)
     ->DenseRange(0, kShapeCount - 1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
+// nm_wgrad_bf16 (bf16 dY and X, fp32 accumulation) against sgemm and nm_wgrad (fp32) on the same
+// pruned dY, the three timed alternately. Counters (medians): dense_ms, fp32_ms, bf16_ms (packing
+// dYᵀ and rounding Xᵀ included, MVUE excluded), speedup = dense / bf16, speedup_fp32 = dense /
+// fp32, max_rel_error against sgemm on the fp32 inputs (bf16 rounding: ~1e-3). args: shape,
+// threads.
+void BM_NmWgradBf16(benchmark::State& state) {
+  const Shape s = kShapes[state.range(0)];
+  const int threads = static_cast<int>(state.range(1));
+  ScopedNumThreads scoped(threads);
+  openblas_set_num_threads(threads);
+  const GradPruneOptions options{GradMethod::kMvue,
+                                 {2, 4},
+                                 NmAxis::kCols,
+                                 /*seed=*/3,
+                                 /*stream=*/1};
+  const CompressedNm dy =
+      grad_prune_compressed(bench::uniform_matrix(s.tokens, s.out, 1).view(), options);
+  const Matrix dy_dense = nm_decompress(dy);
+  const Matrix x = bench::uniform_matrix(s.tokens, s.in, 2);
+  Matrix dw_dense(s.out, s.in);
+  Matrix dw_fp32(s.out, s.in);
+  Matrix dw_bf16(s.out, s.in);
+  NmWgradWorkspace ws;
+  NmWgradBf16Workspace ws_bf16;
+  const auto dense_call = [&] {
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(s.out),
+                static_cast<int>(s.in), static_cast<int>(s.tokens), 1.0f, dy_dense.data(),
+                static_cast<int>(s.out), x.data(), static_cast<int>(s.in), 0.0f, dw_dense.data(),
+                static_cast<int>(s.in));
+  };
+  const auto fp32_call = [&] { nm_wgrad(dy, x.view(), dw_fp32.view(), &ws); };
+  const auto bf16_call = [&] { nm_wgrad_bf16(dy, x.view(), dw_bf16.view(), &ws_bf16); };
+  dense_call();
+  fp32_call();
+  bf16_call();
+  using clock = std::chrono::steady_clock;
+  std::vector<double> times[3];
+  for (auto _ : state) {
+    int k = 0;
+    for (const auto& call : {std::function<void()>(dense_call), std::function<void()>(fp32_call),
+                             std::function<void()>(bf16_call)}) {
+      bench::settle(threads);
+      const auto t0 = clock::now();
+      call();
+      times[k++].push_back(std::chrono::duration<double>(clock::now() - t0).count());
+    }
+    state.SetIterationTime(times[2].back());
+  }
+  state.counters["dense_ms"] = bench::median(times[0]) * 1e3;
+  state.counters["fp32_ms"] = bench::median(times[1]) * 1e3;
+  state.counters["bf16_ms"] = bench::median(times[2]) * 1e3;
+  state.counters["speedup"] = bench::median(times[0]) / bench::median(times[2]);
+  state.counters["speedup_fp32"] = bench::median(times[0]) / bench::median(times[1]);
+  state.counters["max_rel_error"] = bench::max_rel_error(dw_bf16, dw_dense);
+  state.SetLabel("2:4 T" + std::to_string(s.tokens) + " " + std::to_string(s.out) + "x" +
+                 std::to_string(s.in) + (nm_gemm_bf16_kernel_active() ? " avx512bf16" : " scalar"));
+}
+BENCHMARK(BM_NmWgradBf16)
+    ->ArgsProduct({benchmark::CreateDenseRange(0, kShapeCount - 1, 1), {1, 2}})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 

@@ -12,6 +12,7 @@
 #include "core/parallel.h"
 #include "core/views_overlap.h"
 #include "kernels/nm_gemm_bf16_layout.h"
+#include "kernels/nm_gemm_bf16_scalar.h"
 #include "kernels/nm_gemm_bias.h"
 #include "kernels/row_order.h"
 #include "nmsparse/core/error.h"
@@ -30,51 +31,13 @@ using detail::NmGemmBf16Layout;
 // Tokens per work item: 256, the fp32 permute driver's block (nm_gemm_lanes.cpp).
 constexpr int64_t kTokenBlock = 256;
 
-// vdpbf16ps's input and output handling: denormals read as, and flushed to, zero (sign kept).
-float flush_denormal(float v) {
-  const uint32_t bits = std::bit_cast<uint32_t>(v);
-  return (bits & 0x7f800000u) == 0 ? std::bit_cast<float>(bits & 0x80000000u) : v;
-}
-
-// One bf16 product added to acc as vdpbf16ps does it: the product of two bf16 values is exact in
-// fp32 (8-bit significands), so only the addition rounds.
-float add_product(float acc, uint16_t x, uint16_t w) {
-  const float product = flush_denormal(bf16_to_f32(x)) * flush_denormal(bf16_to_f32(w));
-  return flush_denormal(acc + product);
-}
-
-uint16_t as_bf16(uint16_t x) {
-  return x;
-}
-uint16_t as_bf16(float x) {
-  return f32_to_bf16(x);
-}
-
 template <class T>
 void run_scalar(MatrixView<const T> x, const NmGemmBf16Operand& a, MatrixViewF y,
                 const float* bias) {
   const NmGemmBf16Layout lay(a.rows, a.depth, a.pattern.n, a.pattern.m);
   detail::parallel_for(x.rows(), [&](int64_t t) {
-    const T* xr = x.row(t);
-    for (int64_t r = 0; r < a.rows; ++r) {
-      const int64_t b = r / kBf16Rows;
-      const int64_t l = r % kBf16Rows;
-      float acc = 0.0f;
-      for (int64_t c = 0; c < lay.chunks; ++c) {
-        const int64_t cols = std::min(kBf16Chunk, a.depth - c * kBf16Chunk);
-        const int64_t pairs = (cols / a.pattern.m * a.pattern.n + 1) / 2;
-        const int64_t base = lay.offset(b, c, 0);
-        for (int64_t p = 0; p < pairs; ++p) {
-          for (int64_t s : {2 * p + 1, 2 * p}) {  // vdpbf16ps: the odd word first
-            const int64_t at = base + NmGemmBf16Layout::word(s, l);
-            const int64_t col = c * kBf16Chunk + a.index.data()[at];
-            const uint16_t xv = col < a.depth ? as_bf16(xr[col]) : uint16_t{0};
-            acc = add_product(acc, xv, a.values.data()[at]);
-          }
-        }
-      }
-      y(t, r) = acc;
-    }
+    for (int64_t r = 0; r < a.rows; ++r)
+      y(t, r) = detail::bf16_row_chain(x.row(t), a, lay, r, 0.0f);
     detail::add_bias(y.data(), y.ld(), t, t + 1, 0, a.rows, bias);
   });
 }
@@ -155,27 +118,74 @@ void nm_gemm_bf16_pack_into(const CompressedNm& compressed, NmGemmBf16Operand& d
   NMS_CHECK(nm_gemm_bf16_supports(p), "nm_gemm_bf16: pattern ", p.to_string(),
             " is not supported (m must divide 32: 1:2, 2:4, 4:8, 8:16, 16:32, ...)");
   nm_validate(compressed);  // buffer sizes, indices in range and increasing
+  detail::nm_gemm_bf16_pack_compressed(compressed, dst);
+}
+
+namespace {
+
+// Value row r (row r of A) of a compression into the layout, slot by slot (the index stream read
+// b bits at a time, LSB first).
+void pack_compressed_row(const CompressedNm& c, const NmGemmBf16Layout& lay, int64_t r,
+                         uint16_t* values, uint16_t* index) {
+  const NmPattern p = c.pattern;
+  const int64_t slots = c.value_cols();
+  const int bits = p.index_bits();
+  const uint64_t index_mask = (uint64_t{1} << bits) - 1u;
+  const float* v = c.values.data() + r * slots;
+  const uint8_t* next = c.indices.data() + r * c.index_row_bytes();
+  uint64_t stream = 0;
+  int have = 0;
+  const int64_t row_words = r % kBf16Rows / 16 * 32 + r % 16 * 2;
+  for (int64_t g = 0; g < slots; ++g) {
+    while (have < bits) {
+      stream |= uint64_t{*next++} << have;
+      have += 8;
+    }
+    const auto in_group = static_cast<int64_t>(stream & index_mask);
+    stream >>= bits;
+    have -= bits;
+    const int64_t s = g % lay.slots_per_chunk;
+    const int64_t at =
+        lay.offset(r / kBf16Rows, g / lay.slots_per_chunk, s / 2) + row_words + s % 2;
+    values[at] = f32_to_bf16(v[g]);
+    index[at] = static_cast<uint16_t>((s / p.n * p.m + in_group) % kBf16Chunk);
+  }
+}
+
+}  // namespace
+
+void detail::nm_gemm_bf16_pack_compressed(const CompressedNm& compressed, NmGemmBf16Operand& dst) {
+  const NmPattern p = compressed.pattern;
   const int64_t rows = compressed.value_rows();
   const int64_t depth = compressed.axis_length();
   const NmGemmBf16Layout lay(rows, depth, p.n, p.m);
+  // Every real slot's two words are written below; the padding words (rows past R, an odd slot
+  // count's partner) only by this zero-fill, so it runs only when the layout changes (a training
+  // layer packs dYᵀ of one shape every step: no allocation and no page faults after the first).
+  if (dst.rows != rows || dst.depth != depth || dst.pattern != p ||
+      dst.values.size() != lay.total() || dst.index.size() != lay.total()) {
+    dst.values.resize(lay.total());
+    dst.index.resize(lay.total());
+  }
   dst.rows = rows;
   dst.depth = depth;
   dst.pattern = p;
-  dst.values.resize(lay.total());  // zeroed: padding is value 0, column 0
-  dst.index.resize(lay.total());
-  const int64_t slots = compressed.value_cols();
-  const float* values = compressed.values.data();
+  const bool avx512 = p == NmPattern{2, 4} && nm_gemm_bf16_kernel_active();
+  const NmGemmBf16CompressedArgs args{compressed.values.data(),
+                                      compressed.value_cols(),
+                                      compressed.indices.data(),
+                                      compressed.index_row_bytes(),
+                                      rows,
+                                      depth,
+                                      dst.values.data(),
+                                      dst.index.data()};
   detail::parallel_for(lay.blocks, [&](int64_t b) {
-    const int64_t real = std::min(kBf16Rows, rows - b * kBf16Rows);
-    for (int64_t l = 0; l < real; ++l) {
-      const int64_t r = b * kBf16Rows + l;
-      for (int64_t g = 0; g < slots; ++g) {
-        const int64_t c = g / lay.slots_per_chunk;
-        const int64_t at = lay.offset(b, c, 0) + NmGemmBf16Layout::word(g % lay.slots_per_chunk, l);
-        const int64_t col = g / p.n * p.m + compressed.index_at(r, g);
-        dst.values.data()[at] = f32_to_bf16(values[r * slots + g]);
-        dst.index.data()[at] = static_cast<uint16_t>(col % kBf16Chunk);
-      }
+    if (avx512) {
+      detail::nm_gemm_bf16_pack_compressed24_avx512(args, b);
+      return;
+    }
+    for (int64_t r = b * kBf16Rows; r < std::min(rows, (b + 1) * kBf16Rows); ++r) {
+      pack_compressed_row(compressed, lay, r, dst.values.data(), dst.index.data());
     }
   });
 }

@@ -37,7 +37,35 @@ inline void chunk_pairs(const __m512i x[RT], const uint16_t* v, const uint16_t* 
   }
 }
 
-// RT tokens x 32 rows of A (row block b) over chunks [c0, c1): from 0 when c0 == 0, else from Y.
+// The Yᵀ form's tile load (a.y_transposed): acc0[t] / acc1[t] = rows row0 .. row0 + 15 / row0 +
+// 16 .. row0 + 31 of token t0 + t, from Yᵀ (a later K block) or, in the first, from the start
+// term (a.start_w set). Rows past a.rows and tokens past RT read as 0.
+template <int RT>
+inline void load_transposed(const NmGemmBf16Args& a, int64_t t0, int64_t row0, bool first,
+                            __m512 acc0[RT], __m512 acc1[RT]) {
+  const auto tm = static_cast<__mmask8>((1u << RT) - 1u);
+  const int64_t real = a.rows - row0;
+  const __m256 lambda = _mm256_set1_ps(a.start_lambda);
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256 smallest_normal = _mm256_set1_ps(0x1p-126f);
+  const auto row_of = [&](int64_t k) {
+    if (k >= real) return _mm256_setzero_ps();
+    if (!first) return _mm256_maskz_loadu_ps(tm, a.y + (row0 + k) * a.ldy + t0);
+    const __m256 w = _mm256_maskz_loadu_ps(tm, a.start_w + (row0 + k) * a.start_ldw + t0);
+    const __m128i keep = _mm_maskz_loadu_epi8(tm, a.start_keep + (row0 + k) * a.start_ldkeep + t0);
+    const __mmask8 dropped =
+        _mm256_mask_testn_epi32_mask(tm, _mm256_cvtepu8_epi32(keep), _mm256_cvtepu8_epi32(keep));
+    const __m256 v = _mm256_maskz_mul_ps(dropped, lambda, w);
+    // Denormal starts to signed zero: |v| < 2^-126 keeps only the sign bit.
+    const __mmask8 denormal =
+        _mm256_cmp_ps_mask(_mm256_andnot_ps(sign, v), smallest_normal, _CMP_LT_OQ);
+    return _mm256_mask_and_ps(v, denormal, v, sign);
+  };
+  load_rows_transposed<RT>(row_of, acc0, acc1);
+}
+
+// RT tokens x 32 rows of A (row block b) over chunks [c0, c1): from 0 when c0 == 0, else from Y
+// (in the Yᵀ form, a.y_transposed: from the start term when c0 == 0, load_transposed).
 template <int RT>
 inline void tile(const NmGemmBf16Args& a, const NmGemmBf16Layout& lay, int64_t t0, int64_t b,
                  int64_t c0, int64_t c1) {
@@ -47,7 +75,19 @@ inline void tile(const NmGemmBf16Args& a, const NmGemmBf16Layout& lay, int64_t t
   const bool first = c0 == 0;
   __m512 acc0[RT];
   __m512 acc1[RT];
-  for (int t = 0; t < RT; ++t) {
+  if (a.y_transposed) {
+    if (first) {
+      for (int64_t k = 0; k < std::min<int64_t>(kBf16Rows, a.rows - row0); ++k) {
+        __builtin_prefetch(a.y + (row0 + k) * a.ldy + t0, 1, 3);
+      }
+    }
+    if (first && a.start_w == nullptr) {
+      for (int t = 0; t < RT; ++t) acc0[t] = acc1[t] = _mm512_setzero_ps();
+    } else {
+      load_transposed<RT>(a, t0, row0, first, acc0, acc1);
+    }
+  }
+  for (int t = 0; t < RT && !a.y_transposed; ++t) {
     float* yr = a.y + (t0 + t) * a.ldy + row0;
     if (first) {
       // The tile's Y lines, fetched for ownership while the chunks run (the fp32 kernel's
@@ -79,6 +119,13 @@ inline void tile(const NmGemmBf16Args& a, const NmGemmBf16Layout& lay, int64_t t
     const int64_t pairs = (cols / a.m * a.n + 1) / 2;
     chunk_pairs<RT>(x, a.values + lay.offset(b, full, 0), a.index + lay.offset(b, full, 0), pairs,
                     acc0, acc1);
+  }
+  if (a.y_transposed) {
+    const auto tm = static_cast<__mmask8>((1u << RT) - 1u);
+    store_rows_transposed<RT>(acc0, acc1, a.rows - row0, [&](int64_t k, __m256 v) {
+      _mm256_mask_storeu_ps(a.y + (row0 + k) * a.ldy + t0, tm, v);
+    });
+    return;
   }
   for (int t = 0; t < RT; ++t) {
     float* yr = a.y + (t0 + t) * a.ldy + row0;
@@ -200,6 +247,47 @@ bool nm_gemm_bf16_pack_m4_avx512(const NmGemmBf16PackArgs& p, int64_t b) {
   return true;
 }
 
+// Per half block (16 rows) and chunk of 32 columns: each row's 16 slots (8 pairs) as bf16 values
+// and 16-bit columns ((s / 2) · 4 + its 2-bit index), then a 16 x 16 transpose of 32-bit elements
+// into the layout's per-pair rows of 16 lanes (as nm_gemm_bf16_pack_m4_avx512).
+void nm_gemm_bf16_pack_compressed24_avx512(const NmGemmBf16CompressedArgs& p, int64_t b) {
+  const NmGemmBf16Layout lay(p.rows, p.depth, 2, 4);
+  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512i shifts = _mm512_slli_epi32(lane, 1);  // slot s: bits 2s, 2s + 1
+  const __m512i group_base = _mm512_slli_epi32(_mm512_srli_epi32(lane, 1), 2);  // (s / 2) · 4
+  for (int64_t h = 0; h < 2; ++h) {
+    for (int64_t c = 0; c < lay.chunks; ++c) {
+      const int64_t cols = std::min(kBf16Chunk, p.depth - c * kBf16Chunk);
+      const __mmask16 slot_lanes = first_lanes(cols / 2);
+      const auto byte_lanes = static_cast<__mmask16>((1u << ((cols + 7) / 8)) - 1u);
+      __m512 v[16], x[16];
+      for (int64_t l = 0; l < 16; ++l) {
+        const int64_t r = b * kBf16Rows + 16 * h + l;
+        if (r >= p.rows) {
+          v[l] = x[l] = _mm512_setzero_ps();
+          continue;
+        }
+        const __m512 f = _mm512_maskz_loadu_ps(slot_lanes, p.values + r * p.values_ld + 16 * c);
+        const __m256i bf = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(f));
+        const __m128i bytes = _mm_maskz_loadu_epi8(byte_lanes, p.indices + r * p.index_ld + 4 * c);
+        const __m512i bits = _mm512_set1_epi32(_mm_cvtsi128_si32(bytes));
+        const __m512i column = _mm512_maskz_add_epi32(
+            slot_lanes, _mm512_and_si512(_mm512_srlv_epi32(bits, shifts), _mm512_set1_epi32(3)),
+            group_base);
+        v[l] = _mm512_castsi512_ps(_mm512_castsi256_si512(bf));
+        x[l] = _mm512_castsi512_ps(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(column)));
+      }
+      transpose16(v);
+      transpose16(x);
+      for (int64_t q = 0; q < lay.pairs_per_chunk; ++q) {
+        const int64_t at = lay.offset(b, c, q) + 32 * h;
+        _mm512_store_si512(p.dst_values + at, _mm512_castps_si512(v[q]));
+        _mm512_store_si512(p.dst_index + at, _mm512_castps_si512(x[q]));
+      }
+    }
+  }
+}
+
 void nm_gemm_bf16_avx512(const NmGemmBf16Args& a, int64_t t_begin, int64_t t_end, int64_t b_begin,
                          int64_t b_end) {
   const NmGemmBf16Layout lay(a.rows, a.depth, a.n, a.m);
@@ -226,6 +314,26 @@ void round_rows_to_bf16_avx512(const float* x, int64_t ldx, int64_t rows, int64_
       const __m512 b = _mm512_maskz_loadu_ps(hi, src + j + 16);
       const auto km = static_cast<__mmask32>(lo | (static_cast<uint32_t>(hi) << 16));
       _mm512_mask_storeu_epi16(out + j, km, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(b, a)));
+    }
+  }
+}
+
+void round_transposed_to_bf16_avx512(const float* x, int64_t ldx, int64_t rows, int64_t cols,
+                                     uint16_t* dst, int64_t ld_dst) {
+  for (int64_t i0 = 0; i0 < rows; i0 += 16) {
+    const __mmask16 row_lanes = first_lanes(rows - i0);
+    for (int64_t j0 = 0; j0 < cols; j0 += 16) {
+      const __mmask16 col_lanes = first_lanes(cols - j0);
+      __m512 r[16];
+      for (int64_t k = 0; k < 16; ++k) {
+        r[k] = i0 + k < rows ? _mm512_maskz_loadu_ps(col_lanes, x + (i0 + k) * ldx + j0)
+                             : _mm512_setzero_ps();
+      }
+      transpose16(r);  // r[k]: column j0 + k, rows i0 .. i0 + 15
+      for (int64_t k = 0; k < 16 && j0 + k < cols; ++k) {
+        const __m256i b = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(r[k]));
+        _mm256_mask_storeu_epi16(dst + (j0 + k) * ld_dst + i0, row_lanes, b);
+      }
     }
   }
 }

@@ -1,5 +1,6 @@
 // PRIVATE header: the packed form of nm_gemm_bf16 (nmsparse/kernels/nm_gemm_bf16.h) and what its
-// AVX-512 BF16 kernel reads. Plain data and arithmetic only.
+// AVX-512 BF16 kernel reads: plain data and arithmetic, and the declarations shared by the
+// translation units.
 //
 // Rows of A in blocks of 32 (the kernel's two fp32 output vectors; the last block padded with
 // rows of value 0), K in chunks of 32 columns (one zmm of bf16 X; the last chunk partial when 32
@@ -17,6 +18,9 @@
 
 #include <bit>
 #include <cstdint>
+
+#include "nmsparse/format/compressed_nm.h"
+#include "nmsparse/kernels/nm_gemm_bf16.h"
 
 namespace nms::detail {
 
@@ -78,6 +82,27 @@ struct NmGemmBf16PackArgs {
 // block is then unspecified and the caller names the group).
 bool nm_gemm_bf16_pack_m4_avx512(const NmGemmBf16PackArgs& p, int64_t b);
 
+// nm_gemm_bf16_pack_into without its nm_validate (for callers that checked the structure:
+// nm_wgrad_bf16 packs dYᵀ each call). The pattern must be supported; any index reads as its value
+// modulo 32 (no out-of-range access).
+void nm_gemm_bf16_pack_compressed(const CompressedNm& compressed, NmGemmBf16Operand& dst);
+
+// A 2:4 compression (values [rows, depth / 2], index rows of index_ld bytes, 2 bits per slot)
+// for nm_gemm_bf16_pack_compressed24_avx512.
+struct NmGemmBf16CompressedArgs {
+  const float* values;
+  int64_t values_ld;
+  const uint8_t* indices;
+  int64_t index_ld;
+  int64_t rows, depth;
+  uint16_t* dst_values;
+  uint16_t* dst_index;
+};
+
+// Row block b of nm_gemm_bf16_pack_compressed's operand at 2:4, 16 rows at a time (the real rows'
+// words; rows past `rows` written as 0).
+void nm_gemm_bf16_pack_compressed24_avx512(const NmGemmBf16CompressedArgs& p, int64_t b);
+
 // What the AVX-512 BF16 kernel reads (nm_gemm_bf16_avx512.cpp).
 struct NmGemmBf16Args {
   const uint16_t* x;  // [tokens, depth] bf16, row stride ldx
@@ -86,8 +111,17 @@ struct NmGemmBf16Args {
   const uint16_t* index;
   int64_t rows, depth;
   int n, m;
-  float* y;  // [tokens, rows], row stride ldy
-  int64_t ldy;
+  float* y;     // [tokens, rows], row stride ldy; with y_transposed [rows, tokens]: y(t, r) at
+  int64_t ldy;  // y[r * ldy + t] (the weight gradient's dW = (dWᵀ)ᵀ, nm_wgrad_bf16.h)
+  bool y_transposed = false;
+  // y_transposed only: the first K block starts from λ · w(r, t) where keep(r, t) == 0 and from
+  // 0 elsewhere (SR-STE's decay term, NmWgradDecay), denormal starts flushed to (signed) 0 as
+  // vdpbf16ps flushes its sums. start_w == nullptr: from 0.
+  const float* start_w = nullptr;
+  int64_t start_ldw = 0;
+  const uint8_t* start_keep = nullptr;
+  int64_t start_ldkeep = 0;
+  float start_lambda = 0.0f;
 };
 
 // Y for tokens [t_begin, t_end) and row blocks [b_begin, b_end): per K block of up to 64 chunks,
@@ -99,5 +133,9 @@ void nm_gemm_bf16_avx512(const NmGemmBf16Args& a, int64_t t_begin, int64_t t_end
 // dst [rows, cols] (row stride cols).
 void round_rows_to_bf16_avx512(const float* x, int64_t ldx, int64_t rows, int64_t cols,
                                uint16_t* dst);
+// x [rows, cols] (row stride ldx) transposed and rounded the same way into dst [cols, rows] (row
+// stride ld_dst): dst[j * ld_dst + i] = bf16(x[i * ldx + j]). 16 x 16 blocks through registers.
+void round_transposed_to_bf16_avx512(const float* x, int64_t ldx, int64_t rows, int64_t cols,
+                                     uint16_t* dst, int64_t ld_dst);
 
 }  // namespace nms::detail

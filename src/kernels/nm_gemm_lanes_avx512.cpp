@@ -55,39 +55,6 @@ inline void stage_start_term(const NmGemmLaneArgs& a, int64_t row0, int64_t t_su
   }
 }
 
-// A Yᵀ-form tile's registers from its 32 rows: row_of(k) gives row k's RT tokens (8 floats, the
-// rest 0); acc0[t] / acc1[t] = rows 0..15 / 16..31 of token t. Register r[k] holds rows k and
-// k + 16 (8 tokens each); the transpose turns it into r[t] = rows 0..15 of token t and r[8 + t] =
-// rows 16..31.
-template <int RT, class RowOf>
-inline void load_rows_transposed(RowOf&& row_of, __m512 acc0[RT], __m512 acc1[RT]) {
-  __m512 r[16];
-  for (int k = 0; k < 16; ++k) {
-    r[k] = _mm512_insertf32x8(_mm512_castps256_ps512(row_of(k)), row_of(k + 16), 1);
-  }
-  transpose16(r);
-  for (int t = 0; t < RT; ++t) {
-    acc0[t] = r[t];
-    acc1[t] = r[8 + t];
-  }
-}
-
-// The inverse: store_row(k, row k's 8 floats) for the rows k < real.
-template <int RT, class StoreRow>
-inline void store_rows_transposed(const __m512 acc0[RT], const __m512 acc1[RT], int64_t real,
-                                  StoreRow&& store_row) {
-  __m512 r[16];
-  for (int t = 0; t < 8; ++t) {
-    r[t] = t < RT ? acc0[t] : _mm512_setzero_ps();
-    r[8 + t] = t < RT ? acc1[t] : _mm512_setzero_ps();
-  }
-  transpose16(r);
-  for (int k = 0; k < 16; ++k) {
-    if (k < real) store_row(k, _mm512_castps512_ps256(r[k]));
-    if (k + 16 < real) store_row(k + 16, _mm512_extractf32x8_ps(r[k], 1));
-  }
-}
-
 // The Yᵀ form's tile load: acc0[t] / acc1[t] = rows row0 .. row0 + 15 / row0 + 16 .. row0 + 31
 // of token t0 + t, from Yᵀ (a later K block) or, in the first, from the start term. Rows past
 // a.rows and tokens past RT read as 0.

@@ -65,9 +65,12 @@ void SparseLinearConfig::validate() const {
             bimask_candidates, ") must be in [0, 1000000]");
   NMS_CHECK(grads != GradMode::kMvueApprox24 || grad_pattern == NmPattern::make(2, 4),
             "grads mvue-approx24 needs the gradient pattern 2:4, not ", grad_pattern.to_string());
-  if (inputs == GemmInputs::kBf16 && weights != WeightMode::kDense) {
-    NMS_CHECK(nm_gemm_bf16_supports(pattern), "bf16 inputs need a pattern whose m divides 32, not ",
-              pattern.to_string());
+  if (inputs == GemmInputs::kBf16 && (weights != WeightMode::kDense || grads != GradMode::kDense)) {
+    NMS_CHECK(weights == WeightMode::kDense || nm_gemm_bf16_supports(pattern),
+              "bf16 inputs need a pattern whose m divides 32, not ", pattern.to_string());
+    NMS_CHECK(grads == GradMode::kDense || nm_gemm_bf16_supports(grad_pattern),
+              "bf16 inputs need a gradient pattern whose m divides 32, not ",
+              grad_pattern.to_string());
     NMS_CHECK(path == ExecPath::kReference || nm_gemm_bf16_kernel_active(),
               "bf16 inputs on the kernel path need a CPU with AVX512_BF16 (and NMSPARSE_ISA at "
               "avx512); use fp32 inputs or the reference path");

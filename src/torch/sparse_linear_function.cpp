@@ -24,6 +24,7 @@
 #include "nmsparse/kernels/nm_gemm.h"
 #include "nmsparse/kernels/nm_gemm_bf16.h"
 #include "nmsparse/kernels/nm_wgrad.h"
+#include "nmsparse/kernels/nm_wgrad_bf16.h"
 #include "nmsparse/kernels/transpose.h"
 #include "nmsparse/mask/bimask.h"
 #include "nmsparse/mask/standard.h"
@@ -54,6 +55,7 @@ struct SparseLinearWorkspace {
   NmGemmBf16Operand forward_operand_bf16;  // the same two for nm_gemm_bf16 (bf16 inputs)
   NmGemmBf16Operand backward_operand_bf16;
   NmWgradWorkspace wgrad;
+  NmWgradBf16Workspace wgrad_bf16;  // bf16 inputs
 };
 
 struct SparseLinearAccess {
@@ -508,6 +510,8 @@ class SparseLinearFunction : public torch::autograd::Function<SparseLinearFuncti
       dw = dy.t().mm(x);
       return dw;
     }
+    // bf16 inputs: the pruned dY and X rounded to bf16 (nm_wgrad_bf16 on the kernel path).
+    const bool bf16 = config.inputs == GemmInputs::kBf16;
     if (config.path == ExecPath::kReference) {
       torch::Tensor pruned = torch::empty_like(dy_head);
       {
@@ -515,7 +519,7 @@ class SparseLinearFunction : public torch::autograd::Function<SparseLinearFuncti
         grad_prune_into(const_view(dy_head), options, mutable_view(pruned));
       }
       ProfileTimer timer(g_profile.weight_grad_gemm);
-      dw = pruned.t().mm(x_head);
+      dw = bf16 ? rounded_to_bf16(pruned).t().mm(rounded_to_bf16(x_head)) : pruned.t().mm(x_head);
     } else {
       SparseLinearWorkspace& ws = SparseLinearAccess::workspace(*st.layer);
       // The pruning of dY is timed with the GEMM: nm_wgrad_pruned fuses it into the operand's
@@ -531,8 +535,13 @@ class SparseLinearFunction : public torch::autograd::Function<SparseLinearFuncti
         decay = {const_view(*decay_w), st.mask_fwd.data_ptr<uint8_t>(), decay_w->size(1),
                  config.decay};
       }
-      nm_wgrad_pruned(const_view(dy_head), options, const_view(xc), mutable_view(dw), &ws.wgrad,
-                      fuse ? &decay : nullptr);
+      if (bf16) {
+        nm_wgrad_bf16_pruned(const_view(dy_head), options, const_view(xc), mutable_view(dw),
+                             &ws.wgrad_bf16, fuse ? &decay : nullptr);
+      } else {
+        nm_wgrad_pruned(const_view(dy_head), options, const_view(xc), mutable_view(dw), &ws.wgrad,
+                        fuse ? &decay : nullptr);
+      }
       *decay_fused = fuse;
     }
     if (pruned_tokens < tokens) {

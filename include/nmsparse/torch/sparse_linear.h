@@ -5,8 +5,8 @@
 //   backward-data  dX = dY (M_b ⊙ W)
 //   weight-grad    dW = prune(dY)ᵀ X + λ (1 − M_f) ⊙ W      (straight-through to the dense W)
 //   bias-grad      db = Σ_t dY[t, :]                          (never pruned)
-// (with bf16 inputs, X, dY and the masked weights of the sparse forward and backward-data GEMMs
-// rounded to bf16 first; GemmInputs below)
+// (with bf16 inputs, the operands of every sparse GEMM rounded to bf16 first: X, dY and the masked
+// weights of forward and backward-data, prune(dY) and X of the weight gradient; GemmInputs below)
 // with, per weight mode,
 //   dense         M_f = M_b = 1
 //   nm            M_f = row-wise N:M of |W| along `in`, recomputed every step (SR-STE);
@@ -49,11 +49,11 @@ namespace nms {
 enum class WeightMode { kDense, kNm, kTransposable, kBiMask };
 enum class GradMode { kDense, kMvue, kMvueApprox24, kTopN };
 enum class ExecPath { kReference, kKernels };
-// The inputs of the sparse forward and backward-data GEMMs (transposable and bimask weights; the
-// forward only for nm): fp32, or rounded to bf16 (round to nearest even) with fp32 accumulation
-// (nm_gemm_bf16 on the kernel path, kernels/nm_gemm_bf16.h; the reference path rounds X, dY and
-// the masked weight and multiplies in fp32). Weights, gradients, the weight-gradient GEMM and the
-// dense GEMMs stay fp32.
+// The inputs of the sparse GEMMs: forward and backward-data (transposable and bimask weights; the
+// forward only for nm) and the weight gradient (grads other than dense): fp32, or rounded to bf16
+// (round to nearest even) with fp32 accumulation (nm_gemm_bf16 and nm_wgrad_bf16 on the kernel
+// path, kernels/nm_gemm_bf16.h and nm_wgrad_bf16.h; the reference path rounds the operands and
+// multiplies in fp32). Weights, gradients, MVUE, the decay term and the dense GEMMs stay fp32.
 enum class GemmInputs { kFp32, kBf16 };
 
 // Names as on the command line: dense|nm|transposable|bimask, dense|mvue|mvue-approx24|topn,
@@ -83,7 +83,8 @@ struct SparseLinearConfig {
   GemmInputs inputs = GemmInputs::kFp32;
 
   // Throws nms::Error naming the offending field (patterns, intervals, decay, mvue-approx24 with a
-  // grad pattern other than 2:4, bf16 inputs with a pattern whose m does not divide 32 or, on the
+  // grad pattern other than 2:4, bf16 inputs with a pattern (of a sparse GEMM: weights or
+  // gradients) whose m does not divide 32 or, on the
   // kernel path, on a CPU without AVX512_BF16).
   void validate() const;
   // One line, e.g. "bimask 2:4 / mvue 2:4 / kernels".

@@ -1,0 +1,157 @@
+// nm_wgrad_bf16 (nmsparse/kernels/nm_wgrad_bf16.h): dWᵀ = X̂ᵀ · D̂ on nm_gemm_bf16's kernel with
+// its tiles written transposed into dW, and the scalar path with the same additions.
+#include "nmsparse/kernels/nm_wgrad_bf16.h"
+
+#include <algorithm>
+
+#include "core/parallel.h"
+#include "kernels/nm_gemm_bf16_layout.h"
+#include "kernels/nm_gemm_bf16_scalar.h"
+#include "nmsparse/core/error.h"
+#include "nmsparse/core/half.h"
+#include "nmsparse/core/threading.h"
+
+namespace nms {
+namespace {
+
+using detail::kBf16Chunk;
+using detail::kBf16Rows;
+using detail::NmGemmBf16Layout;
+
+// In features per work item: 256, nm_gemm_bf16's token block (its tokens are our in features).
+constexpr int64_t kInBlock = 256;
+constexpr int64_t kRoundBlock = 256;
+
+// The chain's start for dW(o, i): λ · W(o, i) where the decay's mask drops it, else 0; a denormal
+// start flushed to signed 0 (the kernel's load_transposed).
+float start_term(const NmWgradDecay* decay, int64_t o, int64_t i) {
+  if (decay == nullptr || decay->keep[o * decay->keep_ld + i] != 0) return 0.0f;
+  return detail::flush_denormal(decay->lambda * decay->w(o, i));
+}
+
+void validate(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw,
+              const NmWgradDecay* decay) {
+  NMS_CHECK(nm_gemm_bf16_supports(dy.pattern), "nm_wgrad_bf16: pattern ", dy.pattern.to_string(),
+            " is not supported (m must divide 32: 1:2, 2:4, 4:8, 8:16, 16:32, ...)");
+  const std::string error = nm_wgrad_check(dy, x, dw, decay);
+  NMS_CHECK(error.empty(), error);
+}
+
+// X̂ᵀ [in, T] (row stride ld) from X [T, in].
+void round_transposed(ConstMatrixViewF x, uint16_t* xt, int64_t ld, bool avx512) {
+  const int64_t tokens = x.rows();
+  const int64_t in = x.cols();
+  // Blocks of kRoundBlock in features (each a strip of X̂ᵀ written by one thread).
+  const int64_t blocks = (in + kRoundBlock - 1) / kRoundBlock;
+  detail::parallel_for(blocks, [&](int64_t blk) {
+    const int64_t i0 = kRoundBlock * blk;
+    const int64_t i1 = std::min(in, i0 + kRoundBlock);
+    if (avx512) {
+      detail::round_transposed_to_bf16_avx512(x.data() + i0, x.ld(), tokens, i1 - i0, xt + i0 * ld,
+                                              ld);
+      return;
+    }
+    for (int64_t i = i0; i < i1; ++i) {
+      for (int64_t t = 0; t < tokens; ++t) xt[i * ld + t] = f32_to_bf16(x(t, i));
+    }
+  });
+}
+
+}  // namespace
+
+std::string nm_wgrad_bf16_check(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw,
+                                const NmWgradDecay* decay) {
+  try {
+    validate(dy, x, dw, decay);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return {};
+}
+
+void nm_wgrad_bf16(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw,
+                   NmWgradBf16Workspace* ws, const NmWgradDecay* decay) {
+  validate(dy, x, dw, decay);
+  const int64_t out = dy.cols;
+  const int64_t in = x.cols();
+  const int64_t tokens = dy.rows;
+  if (out == 0 || in == 0) return;
+  if (tokens == 0) {
+    for (int64_t o = 0; o < out; ++o) {
+      for (int64_t i = 0; i < in; ++i) dw(o, i) = start_term(decay, o, i);
+    }
+    return;
+  }
+  NmWgradBf16Workspace local;
+  NmWgradBf16Workspace& w = ws != nullptr ? *ws : local;
+  detail::nm_gemm_bf16_pack_compressed(dy, w.dy_t);  // A = D̂ᵀ [out, T]
+  // X̂ᵀ rows padded to a multiple of 32 plus 32 (64 bytes): no power-of-two stride between the 8
+  // rows a tile loads per chunk.
+  const int64_t ld = (tokens + kBf16Chunk - 1) / kBf16Chunk * kBf16Chunk + kBf16Chunk;
+  const int64_t need = detail::mul_checked(in, ld, "nm_wgrad_bf16 X̂ᵀ");
+  if (w.x_t.size() < need) w.x_t.resize_for_overwrite(need);
+  const bool kernel = nm_gemm_bf16_kernel_active();
+  round_transposed(x, w.x_t.data(), ld, kernel);
+  const NmGemmBf16Operand& a = w.dy_t;
+  const NmGemmBf16Layout lay(out, tokens, a.pattern.n, a.pattern.m);
+
+  if (!kernel) {
+    detail::parallel_for(out, [&](int64_t o) {
+      for (int64_t i = 0; i < in; ++i) {
+        dw(o, i) =
+            detail::bf16_row_chain(w.x_t.data() + i * ld, a, lay, o, start_term(decay, o, i));
+      }
+    });
+    return;
+  }
+  detail::NmGemmBf16Args args{};
+  args.values = a.values.data();
+  args.index = a.index.data();
+  args.rows = out;
+  args.depth = tokens;
+  args.n = a.pattern.n;
+  args.m = a.pattern.m;
+  args.ldx = ld;
+  args.ldy = dw.ld();
+  args.y_transposed = true;
+  if (decay != nullptr) {
+    args.start_ldw = decay->w.ld();
+    args.start_ldkeep = decay->keep_ld;
+    args.start_lambda = decay->lambda;
+  }
+  const int64_t in_blocks = (in + kInBlock - 1) / kInBlock;
+  // Row parts when the in blocks alone would leave threads idle (nm_gemm_bf16's split; each item
+  // owns its block of dW, so results do not depend on it).
+  const int64_t row_parts =
+      std::clamp<int64_t>((2 * max_threads() + in_blocks - 1) / in_blocks, 1, lay.blocks);
+  detail::parallel_for(in_blocks * row_parts, [&](int64_t item_index) {
+    const int64_t i0 = item_index / row_parts * kInBlock;
+    const int64_t i1 = std::min(in, i0 + kInBlock);
+    const int64_t b0 = item_index % row_parts * lay.blocks / row_parts;
+    const int64_t b1 = (item_index % row_parts + 1) * lay.blocks / row_parts;
+    detail::NmGemmBf16Args item = args;  // in features [i0, i1) as tokens [0, i1 - i0)
+    item.x = w.x_t.data() + i0 * ld;
+    item.y = dw.data() + i0;
+    if (decay != nullptr) {
+      item.start_w = decay->w.data() + i0;
+      item.start_keep = decay->keep + i0;
+    }
+    detail::nm_gemm_bf16_avx512(item, 0, i1 - i0, b0, b1);
+  });
+}
+
+void nm_wgrad_bf16_pruned(ConstMatrixViewF dy, const GradPruneOptions& prune, ConstMatrixViewF x,
+                          MatrixViewF dw, NmWgradBf16Workspace* ws, const NmWgradDecay* decay) {
+  NMS_CHECK(prune.axis == NmAxis::kCols,
+            "nm_wgrad_bf16_pruned: dY must be pruned along tokens (axis cols), got axis ",
+            axis_name(prune.axis));
+  NMS_CHECK(nm_gemm_bf16_supports(prune.pattern), "nm_wgrad_bf16: pattern ",
+            prune.pattern.to_string(),
+            " is not supported (m must divide 32: 1:2, 2:4, 4:8, 8:16, 16:32, ...)");
+  NmWgradBf16Workspace local;
+  NmWgradBf16Workspace& w = ws != nullptr ? *ws : local;
+  grad_prune_compressed_into(dy, prune, w.pruned_dy);
+  nm_wgrad_bf16(w.pruned_dy, x, dw, &w, decay);
+}
+
+}  // namespace nms
