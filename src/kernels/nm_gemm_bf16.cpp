@@ -69,7 +69,8 @@ bool pack_masked_block_scalar(ConstMatrixViewF a, const BitMask& mask, NmPattern
           const int col = std::countr_zero(slots);
           slots &= slots - 1;
           const float value = (kept >> col) & 1u ? a(r, c * kBf16Chunk + g0 + col) : 0.0f;
-          v[at] = value == 0.0f ? uint16_t{0} : f32_to_bf16(value);  // -0 stored as +0
+          v[at] =
+              value == 0.0f ? uint16_t{0} : detail::round_operand_bf16(value);  // -0 stored as +0
           x[at] = static_cast<uint16_t>(g0 + col);
         }
       }
@@ -147,7 +148,7 @@ void pack_compressed_row(const CompressedNm& c, const NmGemmBf16Layout& lay, int
     const int64_t s = g % lay.slots_per_chunk;
     const int64_t at =
         lay.offset(r / kBf16Rows, g / lay.slots_per_chunk, s / 2) + row_words + s % 2;
-    values[at] = f32_to_bf16(v[g]);
+    values[at] = detail::round_operand_bf16(v[g]);
     index[at] = static_cast<uint16_t>((s / p.n * p.m + in_group) % kBf16Chunk);
   }
 }

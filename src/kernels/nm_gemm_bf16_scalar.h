@@ -26,11 +26,19 @@ inline float add_bf16_product(float acc, uint16_t x, uint16_t w) {
   return flush_denormal(acc + product);
 }
 
+// What vcvtneps2bf16 / vcvtne2ps2bf16 give (the kernels' rounding of fp32 operands): f32_to_bf16
+// (round to nearest even) of the value, a denormal input read as signed zero (Zen 4: 2^-130 ->
+// 0x0000, -1.5 · 2^-127 -> 0x8000). The products ignore denormal bf16 inputs either way, so only
+// the packed words, not the results, would differ without the flush.
+inline uint16_t round_operand_bf16(float v) {
+  return f32_to_bf16(flush_denormal(v));
+}
+
 inline uint16_t as_bf16(uint16_t x) {
   return x;
 }
 inline uint16_t as_bf16(float x) {
-  return f32_to_bf16(x);
+  return round_operand_bf16(x);
 }
 
 // Output (x row, row r of A) from `acc`: per chunk, per pair of slots, the second slot's product

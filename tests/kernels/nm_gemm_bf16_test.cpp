@@ -181,7 +181,8 @@ TEST(NmGemmBf16, Fp32InputsAndBiasEqualTheBf16Call) {
 
 TEST(NmGemmBf16, PackMaskedEqualsPackOfCompressed) {
   // Rows around the 32-row block, depth with a partial last chunk, groups keeping fewer than n
-  // (random_nm), a kept -0.0, a leading dimension past the width; the operand reused.
+  // (random_nm), a kept -0.0 and a kept denormal, a leading dimension past the width; the operand
+  // reused.
   NmGemmBf16Operand masked;
   uint64_t seed = 40;
   for (const NmPattern p :
@@ -197,12 +198,9 @@ TEST(NmGemmBf16, PackMaskedEqualsPackOfCompressed) {
           if (d(r, k) != 0.0f) mask.set(r, k);
         }
       }
-      for (int64_t r = 0; r < rows; r += 7) {  // a kept zero with its sign bit set
-        for (int64_t k = 0; k < depth; ++k) {
-          if (mask.get(r, k)) {
-            a(r, k) = -0.0f;
-            break;
-          }
+      for (int64_t r = 0; r < rows; r += 7) {  // a kept -0.0, then a kept denormal (read as 0)
+        for (int64_t k = 0, done = 0; k < depth && done < 2; ++k) {
+          if (mask.get(r, k)) a(r, k) = done++ == 0 ? -0.0f : -0x1p-130f;
         }
       }
       const ConstMatrixViewF av(a.data(), rows, depth, depth + 3);
@@ -237,6 +235,45 @@ TEST(NmGemmBf16, PackMaskedEqualsPackOfCompressed) {
         nm_gemm_bf16_pack_masked_into(a.view(), BitMask(4, 4), {2, 4}, masked);
       },
       "mask shape (4 x 4) differs");
+}
+
+TEST(NmGemmBf16, PackOfCompressedIsTheSameAtEveryLevel) {
+  // 2:4 has an AVX-512 packer (nm_wgrad_bf16 packs dYᵀ with it every call): word for word the
+  // scalar one, for rows around the 32-row block and its halves, a partial last chunk, both
+  // axes, denormal, -0 and rounding-tie values; one operand reused across patterns and shapes
+  // (the padding words are zero-filled only when the layout changes).
+  NmGemmBf16Operand reused;
+  uint64_t seed = 90;
+  for (const NmPattern p : {NmPattern{2, 4}, {1, 4}, {2, 4}, {4, 8}, {2, 4}}) {
+    for (const int64_t rows : {1, 16, 17, 33, 70}) {
+      for (const int64_t depth : {int64_t{4}, int64_t{36}, int64_t{64}, int64_t{100}}) {
+        if (depth % p.m != 0) continue;
+        for (const NmAxis axis : {NmAxis::kRows, NmAxis::kCols}) {
+          Matrix d = axis == NmAxis::kRows ? testing::random_nm(rows, depth, p, axis, seed++)
+                                           : testing::random_nm(depth, rows, p, axis, seed++);
+          // Specials where entries are kept: a denormal, -0 (stored +0) and a tie (1 + 2^-8).
+          const float specials[] = {0x1p-130f, -0.0f, 1.0f + 0x1p-8f, -0x1.8p-127f};
+          for (int64_t i = 0, k = 0; i < d.size(); i += 5) {
+            if (d.data()[i] != 0.0f) d.data()[i] = specials[k++ % 4];
+          }
+          const CompressedNm c = nm_compress(d.view(), p, axis);
+          NmGemmBf16Operand want;
+          {
+            const ScopedIsa isa(Isa::kScalar);
+            nm_gemm_bf16_pack_into(c, want);
+          }
+          const NmGemmBf16Operand fresh = nm_gemm_bf16_pack(c);
+          nm_gemm_bf16_pack_into(c, reused);
+          const std::string what = p.to_string() + " rows " + std::to_string(rows) + " depth " +
+                                   std::to_string(depth) + " " + std::string(axis_name(axis));
+          testing::expect_same_buffer(fresh.values, want.values, ("values " + what).c_str());
+          testing::expect_same_buffer(fresh.index, want.index, ("index " + what).c_str());
+          testing::expect_same_buffer(reused.values, want.values, ("reused " + what).c_str());
+          testing::expect_same_buffer(reused.index, want.index, ("reused " + what).c_str());
+        }
+      }
+    }
+  }
 }
 
 TEST(NmGemmBf16, PackTransposedEqualsTransposeThenPack) {

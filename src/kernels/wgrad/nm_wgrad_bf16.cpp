@@ -52,7 +52,7 @@ void round_transposed(ConstMatrixViewF x, uint16_t* xt, int64_t ld, bool avx512)
       return;
     }
     for (int64_t i = i0; i < i1; ++i) {
-      for (int64_t t = 0; t < tokens; ++t) xt[i * ld + t] = f32_to_bf16(x(t, i));
+      for (int64_t t = 0; t < tokens; ++t) xt[i * ld + t] = detail::round_operand_bf16(x(t, i));
     }
   });
 }
