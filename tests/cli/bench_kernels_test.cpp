@@ -50,20 +50,22 @@ TEST_F(BenchKernelsCli, JsonReportHasEveryGemmAndSmallErrors) {
 TEST_F(BenchKernelsCli, Bf16GemmsOrAClearRefusal) {
   if (!have_openblas()) GTEST_SKIP() << "built without OpenBLAS";
   const CliResult r =
-      run("bench kernels --shape 64x32x48 --nm 2:4 --gemms forward_bf16,backward_data_bf16 "
-          "--repeats 1 --threads 1 --json -");
+      run("bench kernels --shape 64x32x48 --nm 2:4 --gemms "
+          "forward_bf16,backward_data_bf16,weight_grad_bf16,layer_step_bf16 --repeats 1 "
+          "--threads 1 --json -");
   if (r.text().find("needs a CPU with AVX512_BF16") != std::string::npos) {
     EXPECT_EQ(r.status, 2);
     GTEST_SKIP() << "this CPU has no AVX512_BF16";
   }
   ASSERT_EQ(r.status, 0) << r.text();
   const nlohmann::json j = nlohmann::json::parse(r.text());
-  ASSERT_EQ(j["results"].size(), 2u);
+  ASSERT_EQ(j["results"].size(), 4u);
   for (const auto& res : j["results"]) {
     EXPECT_GT(res["sparse_ms"].get<double>(), 0.0);
     // Against fp32 sgemm: each input rounded to bf16 (relative 2^-9 each), so each product is
-    // off by at most ~2^-8 of itself; sums of <= 48 products of entries in [-1, 1] stay within a
-    // few percent of the largest output. A wrong column would be off by whole products.
+    // off by at most ~2^-8 of itself; sums of <= 48 products of entries in [-1, 1] (weight
+    // gradient: 32 pruned tokens, MVUE values up to 2x) stay within a few percent of the largest
+    // output. A wrong column or token would be off by whole products.
     EXPECT_LT(res["max_rel_error"].get<double>(), 0.05) << res.dump();
     EXPECT_GT(res["max_rel_error"].get<double>(), 0.0) << "bf16 rounding left no trace";
   }

@@ -26,6 +26,7 @@
 #include "nmsparse/kernels/nm_gemm.h"
 #include "nmsparse/kernels/nm_gemm_bf16.h"
 #include "nmsparse/kernels/nm_wgrad.h"
+#include "nmsparse/kernels/nm_wgrad_bf16.h"
 #include "nmsparse/kernels/transpose.h"
 #include "nmsparse/mask/standard.h"
 #include "nmsparse/mask/transposable.h"
@@ -38,6 +39,10 @@
 
 namespace nms::cli {
 namespace {
+
+constexpr const char* kGemmNames =
+    "forward, backward_data, weight_grad, layer_step, forward_bf16, backward_data_bf16, "
+    "weight_grad_bf16, layer_step_bf16";
 
 struct KernelBenchOptions {
   CommonOptions common;
@@ -223,6 +228,20 @@ struct LayerBench {
   void sparse_backward_data_bf16() {
     nm_gemm_bf16({dy16.data(), s.tokens, s.out}, w_bwd16, dx_sparse.view());
   }
+  // MVUE pruning of dY and nm_wgrad_bf16 (the pruned dY and X rounded to bf16 inside).
+  NmWgradBf16Workspace ws16;
+  void sparse_weight_grad_bf16() {
+    nm_wgrad_bf16_pruned(dy.view(), mvue, x.view(), dw_sparse.view(), &ws16);
+  }
+  // The training layer's step with bf16 inputs: W and Wᵀ packed from the dense W and its masks,
+  // fp32 X and dY rounded inside the kernels, and the bf16 weight gradient.
+  void sparse_layer_step_bf16() {
+    nm_gemm_bf16_pack_masked_into(w.view(), mask, p, w_fwd16);
+    nm_gemm_bf16_pack_masked_transposed_into(w.view(), {}, mask_t, p, w_bwd16);
+    nm_gemm_bf16(x.view(), w_fwd16, y_sparse.view());
+    nm_gemm_bf16(dy.view(), w_bwd16, dx_sparse.view());
+    sparse_weight_grad_bf16();
+  }
 };
 
 struct Result {
@@ -306,10 +325,9 @@ int run_bench_kernels(const KernelBenchOptions& o) {
   bool bf16 = false;
   for (const std::string& g : gemms) {
     NMS_CHECK(g == "forward" || g == "backward_data" || g == "weight_grad" || g == "layer_step" ||
-                  g == "forward_bf16" || g == "backward_data_bf16",
-              "--gemms: '", g,
-              "' is not one of forward, backward_data, weight_grad, layer_step, forward_bf16, "
-              "backward_data_bf16");
+                  g == "forward_bf16" || g == "backward_data_bf16" || g == "weight_grad_bf16" ||
+                  g == "layer_step_bf16",
+              "--gemms: '", g, "' is not one of ", kGemmNames);
     bf16 = bf16 || g.ends_with("_bf16");
   }
   if (bf16) {
@@ -358,6 +376,22 @@ int run_bench_kernels(const KernelBenchOptions& o) {
               g, o.repeats, [&] { b.dense_backward_data(); },
               [&] { b.sparse_backward_data_bf16(); });
           r.error = max_rel_error(b.dx_sparse.view(), b.dx_dense.view());
+        } else if (g == "weight_grad_bf16") {
+          r = time_pair(
+              g, o.repeats, [&] { b.dense_weight_grad(); }, [&] { b.sparse_weight_grad_bf16(); });
+          r.error = max_rel_error(b.dw_sparse.view(), b.dw_dense.view());
+        } else if (g == "layer_step_bf16") {
+          r = time_pair(
+              g, o.repeats,
+              [&] {
+                b.dense_forward();
+                b.dense_backward_data();
+                b.dense_weight_grad();
+              },
+              [&] { b.sparse_layer_step_bf16(); });
+          r.error = std::max({max_rel_error(b.y_sparse.view(), b.y_dense.view()),
+                              max_rel_error(b.dx_sparse.view(), b.dx_dense.view()),
+                              max_rel_error(b.dw_sparse.view(), b.dw_dense.view())});
         } else if (g == "weight_grad") {
           r = time_pair(
               g, o.repeats, [&] { b.dense_weight_grad(); }, [&] { b.sparse_weight_grad(); });
@@ -421,8 +455,8 @@ int run_bench_kernels(const KernelBenchOptions& o) {
         "nmsparse kernels vs OpenBLAS sgemm on the masked dense matrices; %d thread%s, "
         "isa %s, nm_gemm kernel %s; medians of %d alternated runs; weight_grad includes MVUE "
         "pruning and compression of dY; layer_step adds packing W and Wᵀ from W and its masks; "
-        "*_bf16: nm_gemm_bf16 on bf16 X (dY) and W, fp32 accumulation, against the same fp32 "
-        "sgemm\n\n",
+        "*_bf16: the same with bf16 inputs (nm_gemm_bf16, nm_wgrad_bf16), fp32 accumulation, "
+        "against the same fp32 sgemm\n\n",
         threads, threads == 1 ? "" : "s", std::string(isa_name(isa_active())).c_str(),
         std::string(nm_gemm_kernel_name(nm_gemm_kernel_in_use())).c_str(), o.repeats);
     table.print(stdout);
@@ -456,8 +490,9 @@ void add_bench_kernels_subcommand(CLI::App& bench, int& exit_code) {
       "weight_grad dW = dYᵀ X with dY MVUE-pruned along tokens (the pruning and compression "
       "timed with the sparse kernel), and layer_step: the three GEMMs plus packing W and Wᵀ "
       "from the dense W and its held masks, as the training layer does, against three sgemm "
-      "calls. forward_bf16 and backward_data_bf16 time nm_gemm_bf16 (bf16 inputs, fp32 "
-      "accumulation; CPUs with AVX512_BF16) against the same fp32 sgemm.");
+      "calls. forward_bf16, backward_data_bf16, weight_grad_bf16 and layer_step_bf16 time the "
+      "same with bf16 inputs and fp32 accumulation (nm_gemm_bf16, nm_wgrad_bf16; CPUs with "
+      "AVX512_BF16) against the same fp32 sgemm.");
   cmd->add_option("--nm", o->nm, "Comma list of patterns N:M")->capture_default_str();
   cmd->add_option("--shape", o->shapes,
                   "Layer TOKENSxINxOUT; repeatable or a comma list (default: 8192x768x3072, "
@@ -469,9 +504,7 @@ void add_bench_kernels_subcommand(CLI::App& bench, int& exit_code) {
                   "Give W a vector-wise N:M mask (mask_nm_vectorwise) with blocks of this many "
                   "rows instead of a transposable one; with --gemms forward only. Blocks of a "
                   "multiple of 6 rows let nm_gemm reuse each loaded panel row for 6 rows");
-  cmd->add_option("--gemms", o->gemms,
-                  "Comma list of: forward, backward_data, weight_grad, layer_step, forward_bf16, "
-                  "backward_data_bf16")
+  cmd->add_option("--gemms", o->gemms, std::string("Comma list of: ") + kGemmNames)
       ->capture_default_str();
   cmd->add_option("--repeats", o->repeats, "Timed runs of each pair (median reported)")
       ->capture_default_str();
