@@ -459,43 +459,40 @@ bool mvue24_cols_avx512(const float* src, int64_t ld, int64_t group_rows, int64_
   return finite_so_far(worst);
 }
 
-bool mvue24_lanes_avx512(const float* src, int64_t ld, int64_t group_rows, int64_t blocks,
-                         int64_t cols, int64_t row0, int64_t col0, const Mvue24Key& key,
-                         int64_t chunks, float* values, int32_t* lanes) {
+namespace {
+
+// The groups of mvue24_lanes_avx512 / mvue24_pairs_bf16_avx512 in 16-token chunks: per chunk
+// (four group rows), per group row j of it and 16-column block, emit(c, chunk, j, v0, v1, code)
+// with c the block's first column, v0 / v1 its groups' two kept values and code their canonical
+// index codes (select24). Returns false as mvue24_cols_avx512 does.
+template <class Emit>
+bool mvue24_chunks_avx512(const float* src, int64_t ld, int64_t group_rows, int64_t blocks,
+                          int64_t cols, int64_t row0, int64_t col0, const Mvue24Key& key,
+                          Emit&& emit) {
   __m512i worst = _mm512_setzero_si512();
   const PhiloxRounds rounds = philox_rounds(key);
   const auto quarter = static_cast<long long>(cols / 4);
   const __m512i block_lo =
       _mm512_set_epi64(quarter + 3, quarter + 2, quarter + 1, quarter, 3, 2, 1, 0);
   const __m512i block_hi = _mm512_add_epi64(block_lo, _mm512_set1_epi64(2 * quarter));
-  const __m512i two_bits = _mm512_set1_epi32(3);
   __m512i uw[kColsMaxBlocks][4];
-  // Group rows in fours (one 16-token chunk: slots 0..7 of every lane), each input row read left
-  // to right across the blocks, as in mvue24_cols_avx512; each result goes straight to its place:
-  // slot 2j and 2j + 1 of the chunk are 64-byte rows of 16 lanes, no transposes.
+  // Group rows in fours (one 16-token chunk), each input row read left to right across the
+  // blocks, as in mvue24_cols_avx512; each result goes straight to its place (no transposes).
   for (int64_t kk0 = 0; kk0 < group_rows; kk0 += 4) {
     draw_words((row0 + kk0) * cols + col0, blocks, block_lo, block_hi, rounds, uw);
     const int64_t chunk = (row0 + kk0) / 4;
     for (int j = 0; j < 4; ++j) {
       const int64_t kk = kk0 + j;
-      const __m512i lane_base = _mm512_set1_epi32(4 * j);
       const auto run = [&](auto k_blocks, int64_t blk0) {
         constexpr int K = decltype(k_blocks)::value;
         __m512 out[K][4];
         __mmask16 kept[K][4];
         prune_blocks<K>(src, ld, kk, group_rows, blk0, j, uw, out, kept, worst);
         for (int k = 0; k < K; ++k) {
-          const int64_t c = col0 + 16 * (blk0 + k);  // 16 lanes: half h of row block b
-          const int64_t at = (((c / 32) * chunks + chunk) * 8 + 2 * j) * 32 + (c % 32);
           __m512 v0, v1;
           __m512i code;
           select24(out[k], kept[k], v0, v1, code);
-          const __m512i lane0 = _mm512_add_epi32(lane_base, _mm512_and_si512(code, two_bits));
-          const __m512i lane1 = _mm512_add_epi32(lane_base, _mm512_srli_epi32(code, 2));
-          _mm512_stream_ps(values + at, v0);
-          _mm512_stream_ps(values + at + 32, v1);
-          _mm512_stream_si512(reinterpret_cast<__m512i*>(lanes + at), lane0);
-          _mm512_stream_si512(reinterpret_cast<__m512i*>(lanes + at + 32), lane1);
+          emit(col0 + 16 * (blk0 + k), chunk, j, v0, v1, code);
         }
       };
       int64_t pair = 0;
@@ -505,6 +502,61 @@ bool mvue24_lanes_avx512(const float* src, int64_t ld, int64_t group_rows, int64
   }
   _mm_sfence();  // streaming stores ordered before the caller's synchronisation
   return finite_so_far(worst);
+}
+
+// vcvtneps2bf16's result for finite v, in the low 16 bits of each lane: round to nearest even
+// on the bit pattern, a denormal input read as signed zero (nm_gemm_bf16_scalar.h's
+// round_operand_bf16). Integer operations: this unit is built without AVX512_BF16.
+inline __m512i bf16_bits(__m512 v) {
+  const __m512i b = _mm512_castps_si512(v);
+  const __m512i high = _mm512_srli_epi32(b, 16);
+  const __m512i lsb = _mm512_and_si512(high, _mm512_set1_epi32(1));
+  const __m512i rounded =
+      _mm512_srli_epi32(_mm512_add_epi32(b, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+  const __mmask16 denormal = _mm512_testn_epi32_mask(b, _mm512_set1_epi32(0x7f800000));
+  return _mm512_mask_and_epi32(rounded, denormal, high, _mm512_set1_epi32(0x8000));
+}
+
+}  // namespace
+
+bool mvue24_lanes_avx512(const float* src, int64_t ld, int64_t group_rows, int64_t blocks,
+                         int64_t cols, int64_t row0, int64_t col0, const Mvue24Key& key,
+                         int64_t chunks, float* values, int32_t* lanes) {
+  const __m512i two_bits = _mm512_set1_epi32(3);
+  return mvue24_chunks_avx512(
+      src, ld, group_rows, blocks, cols, row0, col0, key,
+      [&](int64_t c, int64_t chunk, int j, __m512 v0, __m512 v1, __m512i code) {
+        // Slots 2j and 2j + 1 of the chunk: 64-byte rows of 16 lanes (half c % 32 / 16).
+        const int64_t at = (((c / 32) * chunks + chunk) * 8 + 2 * j) * 32 + (c % 32);
+        const __m512i lane_base = _mm512_set1_epi32(4 * j);
+        const __m512i lane0 = _mm512_add_epi32(lane_base, _mm512_and_si512(code, two_bits));
+        const __m512i lane1 = _mm512_add_epi32(lane_base, _mm512_srli_epi32(code, 2));
+        _mm512_stream_ps(values + at, v0);
+        _mm512_stream_ps(values + at + 32, v1);
+        _mm512_stream_si512(reinterpret_cast<__m512i*>(lanes + at), lane0);
+        _mm512_stream_si512(reinterpret_cast<__m512i*>(lanes + at + 32), lane1);
+      });
+}
+
+bool mvue24_pairs_bf16_avx512(const float* src, int64_t ld, int64_t group_rows, int64_t blocks,
+                              int64_t cols, int64_t row0, int64_t col0, const Mvue24Key& key,
+                              int64_t chunks32, uint16_t* values, uint16_t* index) {
+  const __m512i two_bits = _mm512_set1_epi32(3);
+  return mvue24_chunks_avx512(
+      src, ld, group_rows, blocks, cols, row0, col0, key,
+      [&](int64_t c, int64_t chunk, int j, __m512 v0, __m512 v1, __m512i code) {
+        // Group j of 16-token chunk `chunk` is pair (chunk % 2) · 4 + j of 32-token chunk
+        // chunk / 2; its 16 lanes are half c % 32 / 16 of row block c / 32.
+        const int64_t pair = chunk % 2 * 4 + j;
+        const int64_t at = (((c / 32) * chunks32 + chunk / 2) * 8 + pair) * 64 + 2 * (c % 32);
+        const __m512i base = _mm512_set1_epi32(static_cast<int>(chunk % 2 * 16 + 4 * j));
+        const __m512i col0_of = _mm512_add_epi32(base, _mm512_and_si512(code, two_bits));
+        const __m512i col1_of = _mm512_add_epi32(base, _mm512_srli_epi32(code, 2));
+        const __m512i words = _mm512_or_si512(bf16_bits(v0), _mm512_slli_epi32(bf16_bits(v1), 16));
+        const __m512i columns = _mm512_or_si512(col0_of, _mm512_slli_epi32(col1_of, 16));
+        _mm512_stream_si512(reinterpret_cast<__m512i*>(values + at), words);
+        _mm512_stream_si512(reinterpret_cast<__m512i*>(index + at), columns);
+      });
 }
 
 namespace {

@@ -54,6 +54,17 @@ bool mvue24_lanes_avx512(const float* src, int64_t ld, int64_t group_rows, int64
                          int64_t cols, int64_t row0, int64_t col0, const Mvue24Key& key,
                          int64_t chunks, float* values, int32_t* lanes);
 
+// The same groups written as nm_gemm_bf16's operand of dYᵀ (2:4: rows in blocks of 32, tokens in
+// chunks of 32, 8 pairs per chunk; nm_gemm_bf16_layout.h): group j of 16-token chunk k is pair
+// (k % 2) · 4 + j of 32-token chunk k / 2, entry (row block b, chunk C, pair p) at ((b · chunks32
+// + C) · 8 + p) · 64, lanes of column 32b + l at words 2l (the first kept value, bf16, or its
+// token inside the chunk) and 2l + 1 (the second), half l / 16 at + 32. The values rounded as
+// vcvtneps2bf16 does (nearest even, denormals to signed zero). Streamed stores. Returns false as
+// above.
+bool mvue24_pairs_bf16_avx512(const float* src, int64_t ld, int64_t group_rows, int64_t blocks,
+                              int64_t cols, int64_t row0, int64_t col0, const Mvue24Key& key,
+                              int64_t chunks32, uint16_t* values, uint16_t* index);
+
 }  // namespace nms::detail
 
 namespace nms::detail {

@@ -601,11 +601,16 @@ bool grad_prune_lanes24_applies(ConstMatrixViewF g, const GradPruneOptions& opti
 #endif
 }
 
-void grad_prune_lanes24(ConstMatrixViewF g, const GradPruneOptions& options, float* values,
-                        int32_t* lanes) {
-  NMS_CHECK(grad_prune_lanes24_applies(g, options),
-            "grad_prune_lanes24: needs 2:4 MVUE along columns at the AVX-512 level, rows % 16 == "
-            "0 and cols % 32 == 0; got ",
+namespace {
+
+// The driver of the two fused 2:4 column kernels: 512-column strips x row parts of whole 16-token
+// chunks, kernel(src, group_rows, blocks, row0, col0, key) per item.
+template <class Kernel>
+void prune_chunks24(ConstMatrixViewF g, const GradPruneOptions& options, const char* what,
+                    Kernel&& kernel) {
+  NMS_CHECK(grad_prune_lanes24_applies(g, options), what,
+            ": needs 2:4 MVUE along columns at the AVX-512 level, rows % 16 == 0 and cols % 32 "
+            "== 0; got ",
             options.pattern.to_string(), " ", g.rows(), " x ", g.cols());
 #if defined(NMS_HAVE_AVX512_KERNELS)
   const Job j = make_job(g, options);
@@ -620,15 +625,38 @@ void grad_prune_lanes24(ConstMatrixViewF g, const GradPruneOptions& options, flo
     const int64_t kk0 = 4 * (chunks * part / row_parts);
     const int64_t kk1 = 4 * (chunks * (part + 1) / row_parts);
     if (kk1 == kk0) return;
-    if (!mvue24_lanes_avx512(g.row(4 * kk0) + c0, g.ld(), kk1 - kk0, (c1 - c0) / 16, g.cols(), kk0,
-                             c0, j.key, chunks, values, lanes)) {
+    if (!kernel(g.row(4 * kk0) + c0, kk1 - kk0, (c1 - c0) / 16, kk0, c0, j.key)) {
       failed.store(true, std::memory_order_relaxed);
     }
   });
   if (failed.load()) throw_bad_input(j);
 #else
-  (void)values, (void)lanes;
+  (void)kernel;
 #endif
+}
+
+}  // namespace
+
+void grad_prune_lanes24(ConstMatrixViewF g, const GradPruneOptions& options, float* values,
+                        int32_t* lanes) {
+  const int64_t chunks = g.rows() / 16;
+  prune_chunks24(g, options, "grad_prune_lanes24",
+                 [&](const float* src, int64_t group_rows, int64_t blocks, int64_t row0,
+                     int64_t col0, const Mvue24Key& key) {
+                   return mvue24_lanes_avx512(src, g.ld(), group_rows, blocks, g.cols(), row0,
+                                              col0, key, chunks, values, lanes);
+                 });
+}
+
+void grad_prune_pairs24_bf16(ConstMatrixViewF g, const GradPruneOptions& options,
+                             uint16_t* values, uint16_t* index) {
+  const int64_t chunks32 = (g.rows() + 31) / 32;
+  prune_chunks24(g, options, "grad_prune_pairs24_bf16",
+                 [&](const float* src, int64_t group_rows, int64_t blocks, int64_t row0,
+                     int64_t col0, const Mvue24Key& key) {
+                   return mvue24_pairs_bf16_avx512(src, g.ld(), group_rows, blocks, g.cols(),
+                                                   row0, col0, key, chunks32, values, index);
+                 });
 }
 
 }  // namespace detail

@@ -1,7 +1,8 @@
-// PRIVATE header: MVUE 2:4 of dY written straight into nm_wgrad's lane form of dYᵀ (the permute
-// kernel's operand), for the kernels layer's fused weight-gradient route (nm_wgrad_pruned). The
-// layout is restated in plain numbers (mvue_avx512.h: mvue24_lanes_avx512); the kernels layer
-// checks it against its own (nm_gemm_lanes_layout.h).
+// PRIVATE header: MVUE 2:4 of dY written straight into the weight-gradient kernels' operands of
+// dYᵀ, for the kernels layer's fused routes: nm_wgrad's lane form (the permute kernel's operand,
+// nm_wgrad_pruned) and nm_gemm_bf16's pair form (nm_wgrad_bf16_pruned). The layouts are restated
+// in plain numbers (mvue_avx512.h); the kernels layer checks them against its own
+// (nm_gemm_lanes_layout.h, nm_gemm_bf16_layout.h).
 #pragma once
 
 #include <cstdint>
@@ -21,5 +22,12 @@ bool grad_prune_lanes24_applies(ConstMatrixViewF g, const GradPruneOptions& opti
 // a NaN / Inf input or an overflowing group. Requires grad_prune_lanes24_applies.
 void grad_prune_lanes24(ConstMatrixViewF g, const GradPruneOptions& options, float* values,
                         int32_t* lanes);
+
+// nm_gemm_bf16's operand of MVUE(g)ᵀ (2:4, values rounded to bf16): (out / 32) · ceil(T / 32) · 8
+// · 64 words in `values` and `index` (64-byte aligned), bitwise nm_gemm_bf16_pack of
+// grad_prune_compressed's output, except the pairs past T of a last chunk of 16 tokens, which it
+// does not write (the caller zero-fills them). Same conditions, threads and errors as above.
+void grad_prune_pairs24_bf16(ConstMatrixViewF g, const GradPruneOptions& options,
+                             uint16_t* values, uint16_t* index);
 
 }  // namespace nms::detail

@@ -155,14 +155,11 @@ void pack_compressed_row(const CompressedNm& c, const NmGemmBf16Layout& lay, int
 
 }  // namespace
 
-void detail::nm_gemm_bf16_pack_compressed(const CompressedNm& compressed, NmGemmBf16Operand& dst) {
-  const NmPattern p = compressed.pattern;
-  const int64_t rows = compressed.value_rows();
-  const int64_t depth = compressed.axis_length();
+NmGemmBf16Layout detail::nm_gemm_bf16_prepare(int64_t rows, int64_t depth, NmPattern p,
+                                              NmGemmBf16Operand& dst) {
   const NmGemmBf16Layout lay(rows, depth, p.n, p.m);
-  // Every real slot's two words are written below; the padding words (rows past R, an odd slot
-  // count's partner) only by this zero-fill, so it runs only when the layout changes (a training
-  // layer packs dYᵀ of one shape every step: no allocation and no page faults after the first).
+  // Zero-filled only when the layout changes (a training layer packs dYᵀ of one shape every
+  // step: no allocation and no page faults after the first).
   if (dst.rows != rows || dst.depth != depth || dst.pattern != p ||
       dst.values.size() != lay.total() || dst.index.size() != lay.total()) {
     dst.values.resize(lay.total());
@@ -171,6 +168,15 @@ void detail::nm_gemm_bf16_pack_compressed(const CompressedNm& compressed, NmGemm
   dst.rows = rows;
   dst.depth = depth;
   dst.pattern = p;
+  return lay;
+}
+
+void detail::nm_gemm_bf16_pack_compressed(const CompressedNm& compressed, NmGemmBf16Operand& dst) {
+  const NmPattern p = compressed.pattern;
+  const int64_t rows = compressed.value_rows();
+  const int64_t depth = compressed.axis_length();
+  // Every real slot's two words are written below; the padding words only by the zero-fill.
+  const NmGemmBf16Layout lay = nm_gemm_bf16_prepare(rows, depth, p, dst);
   const bool avx512 = p == NmPattern{2, 4} && nm_gemm_bf16_kernel_active();
   const NmGemmBf16CompressedArgs args{compressed.values.data(),
                                       compressed.value_cols(),

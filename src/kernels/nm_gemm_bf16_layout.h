@@ -82,6 +82,13 @@ struct NmGemmBf16PackArgs {
 // block is then unspecified and the caller names the group).
 bool nm_gemm_bf16_pack_m4_avx512(const NmGemmBf16PackArgs& p, int64_t b);
 
+// dst sized and labelled for a [rows, depth] operand of pattern p, its words zero-filled when its
+// layout changes and kept otherwise: writers fill every real slot and leave the padding (rows
+// past `rows`, an odd slot count's partner, pairs of a partial last chunk past its slots) as it
+// is, zero.
+NmGemmBf16Layout nm_gemm_bf16_prepare(int64_t rows, int64_t depth, NmPattern p,
+                                      NmGemmBf16Operand& dst);
+
 // nm_gemm_bf16_pack_into without its nm_validate (for callers that checked the structure:
 // nm_wgrad_bf16 packs dYᵀ each call). The pattern must be supported; any index reads as its value
 // modulo 32 (no out-of-range access).

@@ -12,6 +12,7 @@
 #include "kernels/nm_gemm_lanes.h"
 #include "kernels/wgrad/wgrad_kernels.h"
 #include "kernels/wgrad/wgrad_lanes.h"
+#include "kernels/wgrad/wgrad_validate.h"
 #include "nmsparse/core/error.h"
 #include "nmsparse/core/isa.h"
 #include "nmsparse/core/threading.h"
@@ -213,14 +214,7 @@ void wgrad_permute(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw, N
 
 }  // namespace
 
-bool nm_wgrad_has_fast_path(NmPattern pattern) {
-  return pattern.n >= 1 && pattern.n <= pattern.m && pattern.m <= kMaxGroupSize;
-}
-
-namespace {
-
-// The checks on x, dw and the decay for dY with `tokens` rows and `out` columns.
-void validate_operands(int64_t tokens, int64_t out, ConstMatrixViewF x, MatrixViewF dw,
+void detail::validate_wgrad_operands(int64_t tokens, int64_t out, ConstMatrixViewF x, MatrixViewF dw,
                        const NmWgradDecay* decay) {
   const int64_t in = x.cols();
   NMS_CHECK(x.rows() == tokens, "nm_wgrad: x has ", x.rows(), " rows (tokens), dY has ", tokens);
@@ -238,11 +232,18 @@ void validate_operands(int64_t tokens, int64_t out, ConstMatrixViewF x, MatrixVi
   }
 }
 
+bool nm_wgrad_has_fast_path(NmPattern pattern) {
+  return pattern.n >= 1 && pattern.n <= pattern.m && pattern.m <= kMaxGroupSize;
+}
+
+namespace {
+
+
 // Every check of nm_wgrad's boundary (throws nms::Error naming the value).
 void validate_nm_wgrad(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw,
                        const NmWgradDecay* decay) {
   check_dy(dy);
-  validate_operands(dy.rows, dy.cols, x, dw, decay);
+  detail::validate_wgrad_operands(dy.rows, dy.cols, x, dw, decay);
 }
 
 }  // namespace
@@ -477,7 +478,7 @@ void nm_wgrad_pruned(ConstMatrixViewF dy, const GradPruneOptions& prune, ConstMa
   if (isa_active() == Isa::kAvx512 && dy.rows() > 0 && dy.cols() > 0 && x.cols() > 0 &&
       use_permute_kernel(kernel, prune.pattern, x.cols()) &&
       detail::grad_prune_lanes24_applies(dy, prune)) {
-    validate_operands(dy.rows(), dy.cols(), x, dw, decay);
+    detail::validate_wgrad_operands(dy.rows(), dy.cols(), x, dw, decay);
     const detail::NmGemmLaneLayout lay(dy.cols(), dy.rows(), prune.pattern.n, prune.pattern.m);
     // The layout grad_prune_lanes24 writes (prune_lanes.h), in this layer's terms.
     NMS_ASSERT(detail::kLaneRows == 32 && detail::kLaneChunk == 16 && lay.slots_per_chunk == 8 &&

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "grad/prune_lanes.h"
+#include "kernels/nm_gemm_bf16_layout.h"
 #include "nmsparse/core/half.h"
 #include "nmsparse/core/isa.h"
 #include "nmsparse/core/threading.h"
@@ -173,15 +175,63 @@ TEST(NmWgradBf16, ThreadsDoNotChangeBits) {
 }
 
 TEST(NmWgradBf16, PrunedEqualsPruneThenWgrad) {
-  const Matrix dy = testing::random_matrix(96, 64, 31);
-  const Matrix x = testing::random_matrix(96, 40, 32);
-  const GradPruneOptions prune{GradMethod::kMvue, {2, 4}, NmAxis::kCols, 9, 17};
-  Matrix want(64, 40), got(64, 40);
-  nm_wgrad_bf16(grad_prune_compressed(dy.view(), prune), x.view(), want.view());
-  NmWgradBf16Workspace ws;
-  for (int round = 0; round < 2; ++round) {  // the second call reuses the workspace
-    nm_wgrad_bf16_pruned(dy.view(), prune, x.view(), got.view(), &ws);
-    ASSERT_EQ(std::memcmp(want.data(), got.data(), sizeof(float) * want.size()), 0);
+  // The fused route (2:4 MVUE, T % 16 == 0, out % 32 == 0 at the AVX-512 BF16 level: MVUE writes
+  // the kernel's operand) and the compressed one (the rest) against pruning then nm_wgrad_bf16:
+  // the same bits, with and without the decay, on 1-3 threads (row parts of 512-column strips),
+  // the workspace reused.
+  struct Shape {
+    int64_t tokens, in, out;
+    NmPattern pattern;
+  };
+  const Shape shapes[] = {
+      {96, 40, 64, {2, 4}},    // fused, whole 32-token chunks
+      {80, 40, 96, {2, 4}},    // fused, a last chunk of 16 tokens
+      {64, 24, 576, {2, 4}},   // fused, a full strip and one of 64 columns
+      {64, 40, 40, {2, 4}},    // out % 32 != 0: compressed
+      {52, 40, 64, {2, 4}},    // T % 16 != 0: compressed
+      {64, 40, 64, {4, 8}},    // 4:8: compressed
+  };
+  uint64_t seed = 300;
+  for (const Shape& sh : shapes) {
+    const Matrix dy = testing::random_matrix(sh.tokens, sh.out, seed++);
+    const Matrix x = testing::random_matrix(sh.tokens, sh.in, seed++);
+    const Case c{sh.tokens, sh.in, sh.out, sh.pattern};
+    const Decay decay = make_decay(c, seed++);
+    const GradPruneOptions prune{GradMethod::kMvue, sh.pattern, NmAxis::kCols, seed++, 17};
+    for (const bool with_decay : {false, true}) {
+      const NmWgradDecay* d = with_decay ? &decay.view : nullptr;
+      for (const int threads : {1, 2, 3}) {
+        SCOPED_TRACE(describe(c) + " threads " + std::to_string(threads) +
+                     (with_decay ? " decay" : ""));
+        const ScopedNumThreads t(threads);
+        Matrix want(sh.out, sh.in), got(sh.out, sh.in);
+        nm_wgrad_bf16(grad_prune_compressed(dy.view(), prune), x.view(), want.view(), nullptr, d);
+        NmWgradBf16Workspace ws;
+        for (int round = 0; round < 2; ++round) {  // the second call reuses the workspace
+          nm_wgrad_bf16_pruned(dy.view(), prune, x.view(), got.view(), &ws, d);
+          ASSERT_EQ(std::memcmp(want.data(), got.data(), sizeof(float) * want.size()), 0);
+        }
+      }
+    }
+  }
+}
+
+TEST(NmWgradBf16, FusedPairFormEqualsThePackOfTheCompressedDy) {
+  if (!nm_gemm_bf16_kernel_active()) GTEST_SKIP() << "the fused route needs AVX512_BF16";
+  for (const int64_t tokens : {int64_t{208}, int64_t{224}}) {  // a last chunk of 16, or none
+    for (const int threads : {1, 2}) {
+      const ScopedNumThreads t(threads);
+      const Matrix dy = testing::random_integer_matrix(tokens, 576, 2, 41);
+      const GradPruneOptions prune{GradMethod::kMvue, {2, 4}, NmAxis::kCols, 5, 6};
+      ASSERT_TRUE(detail::grad_prune_lanes24_applies(dy.view(), prune));
+      const NmGemmBf16Operand want = nm_gemm_bf16_pack(grad_prune_compressed(dy.view(), prune));
+      const detail::NmGemmBf16Layout lay(576, tokens, 2, 4);
+      AlignedBuffer<uint16_t> values(lay.total()), index(lay.total());  // zeroed
+      detail::grad_prune_pairs24_bf16(dy.view(), prune, values.data(), index.data());
+      ASSERT_EQ(want.values.size(), lay.total());
+      EXPECT_EQ(std::memcmp(values.data(), want.values.data(), 2 * lay.total()), 0) << tokens;
+      EXPECT_EQ(std::memcmp(index.data(), want.index.data(), 2 * lay.total()), 0) << tokens;
+    }
   }
 }
 
