@@ -221,7 +221,14 @@ TEST(NmWgradBf16, FusedPairFormEqualsThePackOfTheCompressedDy) {
   for (const int64_t tokens : {int64_t{208}, int64_t{224}}) {  // a last chunk of 16, or none
     for (const int threads : {1, 2}) {
       const ScopedNumThreads t(threads);
-      const Matrix dy = testing::random_integer_matrix(tokens, 576, 2, 41);
+      Matrix dy = testing::random_integer_matrix(tokens, 576, 2, 41);
+      // Groups of at most two nonzeros keep their values as they are: denormals among them must
+      // come out as signed zeros (vcvtneps2bf16's reading), as the pack writes them.
+      for (int64_t g = 0; g < tokens / 4; g += 3) {
+        for (int64_t i = 0; i < 4; ++i) dy(4 * g + i, g % 576) = 0.0f;
+        dy(4 * g + g % 4, g % 576) = g % 2 == 0 ? 0x1p-130f : -0x1.8p-127f;
+        dy(4 * g + (g + 1) % 4, g % 576) = 0.75f;
+      }
       const GradPruneOptions prune{GradMethod::kMvue, {2, 4}, NmAxis::kCols, 5, 6};
       ASSERT_TRUE(detail::grad_prune_lanes24_applies(dy.view(), prune));
       const NmGemmBf16Operand want = nm_gemm_bf16_pack(grad_prune_compressed(dy.view(), prune));
