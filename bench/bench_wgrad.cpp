@@ -11,6 +11,7 @@
 //   build/bench/bench_wgrad --benchmark_min_time=0.5
 //   build/bench/bench_wgrad --benchmark_filter=Kernels --benchmark_min_time=0.5
 //   build/bench/bench_wgrad --benchmark_filter=Bf16 --benchmark_min_time=0.5
+//   build/bench/bench_wgrad --benchmark_filter='Bf16Pruned/[0-6]/1/' --benchmark_min_time=0.5
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
@@ -234,6 +235,66 @@ void BM_NmWgradBf16(benchmark::State& state) {
                  std::to_string(s.in) + (nm_gemm_bf16_kernel_active() ? " avx512bf16" : " scalar"));
 }
 BENCHMARK(BM_NmWgradBf16)
+    ->ArgsProduct({benchmark::CreateDenseRange(0, kShapeCount - 1, 1), {1, 2}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
+// MVUE of dY and nm_wgrad_bf16, fused (nm_wgrad_bf16_pruned: at 2:4 the MVUE kernel writes the
+// bf16 operand of dYᵀ) against unfused (grad_prune_compressed_into, then nm_wgrad_bf16 packs the
+// compressed dY), alternately, with SR-STE's decay as a training layer runs it. Counters
+// (medians): fused_ms, unfused_ms, gain = unfused / fused. args: shape, threads.
+void BM_NmWgradBf16Pruned(benchmark::State& state) {
+  const Shape s = kShapes[state.range(0)];
+  const int threads = static_cast<int>(state.range(1));
+  ScopedNumThreads scoped(threads);
+  const GradPruneOptions options{GradMethod::kMvue,
+                                 {2, 4},
+                                 NmAxis::kCols,
+                                 /*seed=*/3,
+                                 /*stream=*/1};
+  const Matrix g = bench::uniform_matrix(s.tokens, s.out, 1);
+  const Matrix x = bench::uniform_matrix(s.tokens, s.in, 2);
+  const Matrix w = bench::uniform_matrix(s.out, s.in, 3);
+  std::vector<uint8_t> keep(static_cast<size_t>(s.out * s.in));
+  const CounterRng rng(4, 0);
+  for (size_t k = 0; k < keep.size(); ++k) keep[k] = rng.uniform_double(k) < 0.5 ? 1 : 0;
+  const NmWgradDecay decay{w.view(), keep.data(), s.in, 2e-4f};
+  Matrix dw(s.out, s.in);
+  NmWgradBf16Workspace fused_ws;
+  NmWgradBf16Workspace unfused_ws;
+  CompressedNm pruned;
+  const auto fused = [&] {
+    nm_wgrad_bf16_pruned(g.view(), options, x.view(), dw.view(), &fused_ws, &decay);
+  };
+  const auto unfused = [&] {
+    grad_prune_compressed_into(g.view(), options, pruned);
+    nm_wgrad_bf16(pruned, x.view(), dw.view(), &unfused_ws, &decay);
+  };
+  fused();
+  unfused();
+  using clock = std::chrono::steady_clock;
+  std::vector<double> t_fused;
+  std::vector<double> t_unfused;
+  for (auto _ : state) {
+    bench::settle(threads);
+    const auto t0 = clock::now();
+    fused();
+    const auto t1 = clock::now();
+    bench::settle(threads);
+    const auto t2 = clock::now();
+    unfused();
+    const auto t3 = clock::now();
+    t_fused.push_back(std::chrono::duration<double>(t1 - t0).count());
+    t_unfused.push_back(std::chrono::duration<double>(t3 - t2).count());
+    state.SetIterationTime(t_fused.back());
+  }
+  state.counters["fused_ms"] = bench::median(t_fused) * 1e3;
+  state.counters["unfused_ms"] = bench::median(t_unfused) * 1e3;
+  state.counters["gain"] = bench::median(t_unfused) / bench::median(t_fused);
+  state.SetLabel("2:4 T" + std::to_string(s.tokens) + " " + std::to_string(s.out) + "x" +
+                 std::to_string(s.in));
+}
+BENCHMARK(BM_NmWgradBf16Pruned)
     ->ArgsProduct({benchmark::CreateDenseRange(0, kShapeCount - 1, 1), {1, 2}})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
