@@ -15,6 +15,7 @@
 #include "kernels/nm_gemm_bf16_scalar.h"
 #include "kernels/nm_gemm_bias.h"
 #include "kernels/row_order.h"
+#include "kernels/stage_transposed.h"
 #include "nmsparse/core/error.h"
 #include "nmsparse/core/half.h"
 #include "nmsparse/core/isa.h"
@@ -237,10 +238,58 @@ void nm_gemm_bf16_pack_masked_transposed_into(ConstMatrixViewF w, std::span<cons
                                               NmGemmBf16Operand& dst) {
   detail::check_row_order(order, w.rows(), "nm_gemm_bf16_pack_masked_transposed_into");
   const int64_t depth = order.empty() ? w.rows() : static_cast<int64_t>(order.size());
-  // Through a transposed copy kept per calling thread: staging each block's 32 columns of W
-  // through registers instead (as the fp32 packer stages 16 rows x 1024 columns) took 21 ms
-  // against 16-17 for the copy and the pack at 4096 x 4096, one thread, Zen 4: a 32-column strip
-  // walks all 4096 rows of W, one 4 KB page each.
+  if (p.m == 4 && nm_gemm_bf16_kernel_active()) {
+    // Straight from W: per work item one chunk of 32 rows of W (in `order`) by the columns of 16
+    // row blocks, transposed through registers into a 64 KB stage (32 rows of 2 KB read side by
+    // side) and packed from it. 4096 x 4096, 2:4, one thread, Zen 4: ... ms, against ... ms for
+    // the transposed copy and the pack from it (bench_nm_gemm_bf16, pack_transposed_bf16_ms).
+    NMS_CHECK(nm_gemm_bf16_supports(p), "nm_gemm_bf16: pattern ", p.to_string(),
+              " is not supported (m must divide 32: 1:2, 2:4, 4:8, 8:16, 16:32, ...)");
+    NMS_CHECK(mask_t.rows() == w.cols() && mask_t.cols() == depth, "mask shape (", mask_t.rows(),
+              " x ", mask_t.cols(), ") differs from the transposed matrix (", w.cols(), " x ",
+              depth, ")");
+    NMS_CHECK(depth % p.m == 0, "m (", p.m, ") does not divide the grouped axis (", depth, ")");
+    const NmGemmBf16Layout lay(w.cols(), depth, p.n, p.m);
+    dst.rows = w.cols();
+    dst.depth = depth;
+    dst.pattern = p;
+    if (dst.values.size() != lay.total()) {  // every word is written below
+      dst.values.resize_for_overwrite(lay.total());
+      dst.index.resize_for_overwrite(lay.total());
+    }
+    const detail::NmGemmBf16PackArgs args{nullptr,
+                                          0,
+                                          w.cols(),
+                                          depth,
+                                          mask_t.row_words(0),
+                                          mask_t.words_per_row(),
+                                          p.n,
+                                          dst.values.data(),
+                                          dst.index.data()};
+    constexpr int64_t kSegmentBlocks = 16;  // 512 rows of A x 32 floats: a 64 KB stage
+    const int64_t segments = (lay.blocks + kSegmentBlocks - 1) / kSegmentBlocks;
+    const Isa isa = isa_active();
+    std::atomic<bool> overfull{false};
+    detail::parallel_for(lay.chunks * segments, [&](int64_t item) {
+      alignas(64) float stage[kSegmentBlocks * kBf16Rows * kBf16Chunk];
+      const int64_t c = item / segments;
+      const int64_t b0 = item % segments * kSegmentBlocks;
+      const int64_t b1 = std::min(lay.blocks, b0 + kSegmentBlocks);
+      const int64_t j0 = b0 * kBf16Rows;
+      const int64_t j1 = std::min(w.cols(), b1 * kBf16Rows);
+      const int64_t width = std::min(kBf16Chunk, depth - c * kBf16Chunk);
+      detail::stage_transposed(w, order, j0, j1, c * kBf16Chunk, width, kBf16Chunk, isa, stage);
+      for (int64_t b = b0; b < b1; ++b) {
+        if (!detail::nm_gemm_bf16_pack_m4_staged_avx512(args, b, c, stage, j0)) {
+          overfull.store(true, std::memory_order_relaxed);
+          return;
+        }
+      }
+    });
+    if (overfull.load()) throw_first_overfull_group(mask_t, p);
+    return;
+  }
+  // Other patterns through a transposed copy kept per calling thread, then the masked pack.
   thread_local AlignedBuffer<float> copy;
   if (copy.size() < w.cols() * depth) copy.resize_for_overwrite(w.cols() * depth);
   const MatrixViewF wt(copy.data(), w.cols(), depth);

@@ -212,39 +212,57 @@ inline bool pack_row_chunk(const float* a, uint32_t bits, int64_t cols, int n, _
 
 }  // namespace
 
-// Per half block (16 rows) and chunk: each row's slots as one vector of pairs, then a 16 x 16
-// transpose of 32-bit elements turns them into the layout's per-pair rows of 16 lanes.
-bool nm_gemm_bf16_pack_m4_avx512(const NmGemmBf16PackArgs& p, int64_t b) {
-  const NmGemmBf16Layout lay(p.rows, p.depth, p.n, 4);
+namespace {
+
+// Chunk c of row block b: per half block (16 rows), each row's slots as one vector of pairs, then
+// a 16 x 16 transpose of 32-bit elements turns them into the layout's per-pair rows of 16 lanes.
+// row_of(r): row r's 32 (or, in a partial last chunk, fewer) values of the chunk.
+template <class RowOf>
+bool pack_m4_chunk(const NmGemmBf16PackArgs& p, const NmGemmBf16Layout& lay, int64_t b, int64_t c,
+                   RowOf&& row_of) {
+  const int64_t cols = std::min(kBf16Chunk, p.depth - c * kBf16Chunk);
   for (int64_t h = 0; h < 2; ++h) {
-    for (int64_t c = 0; c < lay.chunks; ++c) {
-      const int64_t cols = std::min(kBf16Chunk, p.depth - c * kBf16Chunk);
-      __m512 v[16], x[16];
-      for (int64_t l = 0; l < 16; ++l) {
-        const int64_t r = b * kBf16Rows + 16 * h + l;
-        __m512i vi = _mm512_setzero_si512();
-        __m512i xi = _mm512_setzero_si512();
-        if (r < p.rows) {
-          const uint32_t bits =
-              static_cast<uint32_t>(p.mask[r * p.words_per_row + c / 2] >> (32 * (c % 2))) &
-              (cols >= 32 ? ~0u : (1u << cols) - 1u);
-          if (!pack_row_chunk(p.a + r * p.lda + c * kBf16Chunk, bits, cols, p.n, vi, xi)) {
-            return false;
-          }
-        }
-        v[l] = _mm512_castsi512_ps(vi);
-        x[l] = _mm512_castsi512_ps(xi);
+    __m512 v[16], x[16];
+    for (int64_t l = 0; l < 16; ++l) {
+      const int64_t r = b * kBf16Rows + 16 * h + l;
+      __m512i vi = _mm512_setzero_si512();
+      __m512i xi = _mm512_setzero_si512();
+      if (r < p.rows) {
+        const uint32_t bits =
+            static_cast<uint32_t>(p.mask[r * p.words_per_row + c / 2] >> (32 * (c % 2))) &
+            (cols >= 32 ? ~0u : (1u << cols) - 1u);
+        if (!pack_row_chunk(row_of(r), bits, cols, p.n, vi, xi)) return false;
       }
-      transpose16(v);
-      transpose16(x);
-      for (int64_t q = 0; q < lay.pairs_per_chunk; ++q) {
-        const int64_t at = lay.offset(b, c, q) + 32 * h;
-        _mm512_store_si512(p.values + at, _mm512_castps_si512(v[q]));
-        _mm512_store_si512(p.index + at, _mm512_castps_si512(x[q]));
-      }
+      v[l] = _mm512_castsi512_ps(vi);
+      x[l] = _mm512_castsi512_ps(xi);
+    }
+    transpose16(v);
+    transpose16(x);
+    for (int64_t q = 0; q < lay.pairs_per_chunk; ++q) {
+      const int64_t at = lay.offset(b, c, q) + 32 * h;
+      _mm512_store_si512(p.values + at, _mm512_castps_si512(v[q]));
+      _mm512_store_si512(p.index + at, _mm512_castps_si512(x[q]));
     }
   }
   return true;
+}
+
+}  // namespace
+
+bool nm_gemm_bf16_pack_m4_avx512(const NmGemmBf16PackArgs& p, int64_t b) {
+  const NmGemmBf16Layout lay(p.rows, p.depth, p.n, 4);
+  for (int64_t c = 0; c < lay.chunks; ++c) {
+    const auto row_of = [&](int64_t r) { return p.a + r * p.lda + c * kBf16Chunk; };
+    if (!pack_m4_chunk(p, lay, b, c, row_of)) return false;
+  }
+  return true;
+}
+
+bool nm_gemm_bf16_pack_m4_staged_avx512(const NmGemmBf16PackArgs& p, int64_t b, int64_t c,
+                                        const float* stage, int64_t stage_row0) {
+  const NmGemmBf16Layout lay(p.rows, p.depth, p.n, 4);
+  const auto row_of = [&](int64_t r) { return stage + (r - stage_row0) * kBf16Chunk; };
+  return pack_m4_chunk(p, lay, b, c, row_of);
 }
 
 // Per half block (16 rows) and chunk of 32 columns: each row's 16 slots (8 pairs) as bf16 values

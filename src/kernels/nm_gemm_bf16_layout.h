@@ -81,6 +81,10 @@ struct NmGemmBf16PackArgs {
 // Row block b of the operand, every word written; false when a group keeps more than n (the
 // block is then unspecified and the caller names the group).
 bool nm_gemm_bf16_pack_m4_avx512(const NmGemmBf16PackArgs& p, int64_t b);
+// Chunk c of row block b only, row r's values of the chunk at stage + (r - stage_row0) · 32 (a
+// transposed stage of W: the transposed packer; p.a unused).
+bool nm_gemm_bf16_pack_m4_staged_avx512(const NmGemmBf16PackArgs& p, int64_t b, int64_t c,
+                                        const float* stage, int64_t stage_row0);
 
 // dst sized and labelled for a [rows, depth] operand of pattern p, its words zero-filled when its
 // layout changes and kept otherwise: writers fill every real slot and leave the padding (rows

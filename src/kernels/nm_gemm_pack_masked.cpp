@@ -19,6 +19,7 @@
 #include "kernels/nm_gemm_lanes.h"
 #include "kernels/nm_gemm_layout.h"
 #include "kernels/row_order.h"
+#include "kernels/stage_transposed.h"
 #include "nmsparse/core/error.h"
 #include "nmsparse/core/isa.h"
 #include "nmsparse/kernels/nm_gemm.h"
@@ -423,41 +424,6 @@ struct TransposedItems {
   }
 };
 
-// stage[(j - j0) · ld + c] = w[order(col0 + c)][j] for j in [j0, j1), c in [0, width): 16 x 16
-// blocks through registers at AVX2 and above, the edges element by element.
-void stage_transposed(ConstMatrixViewF w, std::span<const int64_t> order, int64_t j0, int64_t j1,
-                      int64_t col0, int64_t width, int64_t ld, Isa isa, float* stage) {
-  const auto src_row = [&](int64_t c) {
-    const int64_t k = col0 + c;
-    return w.row(order.empty() ? k : order[k]);
-  };
-  int64_t c = 0;
-#ifdef NMS_HAVE_AVX512_KERNELS
-  if (isa >= Isa::kAvx2) {
-    for (; c + 16 <= width; c += 16) {
-      const float* base[16];
-      for (int i = 0; i < 16; ++i) base[i] = src_row(c + i);
-      int64_t j = j0;
-      for (; j + 16 <= j1; j += 16) {
-        const float* rows[16];
-        for (int i = 0; i < 16; ++i) rows[i] = base[i] + j;
-        float* out = stage + (j - j0) * ld + c;
-        isa == Isa::kAvx512 ? detail::transpose16_avx512(rows, out, ld, false)
-                            : detail::transpose16_avx2(rows, out, ld, false);
-      }
-      for (; j < j1; ++j) {
-        for (int i = 0; i < 16; ++i) stage[(j - j0) * ld + c + i] = base[i][j];
-      }
-    }
-  }
-#else
-  (void)isa;
-#endif
-  for (; c < width; ++c) {
-    const float* row = src_row(c);
-    for (int64_t j = j0; j < j1; ++j) stage[(j - j0) * ld + c] = row[j];
-  }
-}
 
 // Item `item` of nm_gemm_pack_masked_transposed_into: part q of depth block b for one segment of
 // tiles, from a stage of those rows of W transposed (the same entries as pack_tiles on the
@@ -480,7 +446,7 @@ void pack_transposed_item(ConstMatrixViewF w, std::span<const int64_t> order, co
   const int64_t t1 = std::min(lay.tiles, t0 + items.stage_tiles);
   const int64_t j0 = t0 * kNmGemmTileRows;
   const int64_t j1 = std::min(lay.rows, t1 * kNmGemmTileRows);
-  stage_transposed(w, order, j0, j1, col0, width, items.sub_depth, isa, stage);
+  detail::stage_transposed(w, order, j0, j1, col0, width, items.sub_depth, isa, stage);
   const int64_t first_slot = lay.block_first_slot(b) + col_base / m * n;
   for (int64_t tile = t0; tile < t1; ++tile) {
     const float* rows[kNmGemmTileRows];
@@ -527,7 +493,7 @@ void pack_lane_transposed_item(ConstMatrixViewF w, std::span<const int64_t> orde
   const int64_t j1 = std::min(lanes.rows, b1 * detail::kLaneRows);
   const int64_t col0 = c * detail::kLaneChunk;
   const int64_t width = std::min(detail::kLaneChunk, lanes.depth - col0);
-  stage_transposed(w, order, j0, j1, col0, width, detail::kLaneChunk, isa, stage);
+  detail::stage_transposed(w, order, j0, j1, col0, width, detail::kLaneChunk, isa, stage);
   const auto row_at = [&](int64_t r) { return stage + (r - j0) * detail::kLaneChunk; };
   const int64_t count = lanes.slots_per_chunk * detail::kLaneRows;
   for (int64_t b = b0; b < b1; ++b) {
@@ -628,6 +594,40 @@ void nm_gemm_pack_masked_into(ConstMatrixViewF a, const BitMask& mask, NmPattern
                  pack_tiles<kn(), km()>(a, mask, pattern.n, pattern.m, lay, packed, stream, isa,
                                         failed, tile);
                });
+}
+
+void detail::stage_transposed(ConstMatrixViewF w, std::span<const int64_t> order, int64_t j0, int64_t j1,
+                      int64_t col0, int64_t width, int64_t ld, Isa isa, float* stage) {
+  const auto src_row = [&](int64_t c) {
+    const int64_t k = col0 + c;
+    return w.row(order.empty() ? k : order[k]);
+  };
+  int64_t c = 0;
+#ifdef NMS_HAVE_AVX512_KERNELS
+  if (isa >= Isa::kAvx2) {
+    for (; c + 16 <= width; c += 16) {
+      const float* base[16];
+      for (int i = 0; i < 16; ++i) base[i] = src_row(c + i);
+      int64_t j = j0;
+      for (; j + 16 <= j1; j += 16) {
+        const float* rows[16];
+        for (int i = 0; i < 16; ++i) rows[i] = base[i] + j;
+        float* out = stage + (j - j0) * ld + c;
+        isa == Isa::kAvx512 ? detail::transpose16_avx512(rows, out, ld, false)
+                            : detail::transpose16_avx2(rows, out, ld, false);
+      }
+      for (; j < j1; ++j) {
+        for (int i = 0; i < 16; ++i) stage[(j - j0) * ld + c + i] = base[i][j];
+      }
+    }
+  }
+#else
+  (void)isa;
+#endif
+  for (; c < width; ++c) {
+    const float* row = src_row(c);
+    for (int64_t j = j0; j < j1; ++j) stage[(j - j0) * ld + c] = row[j];
+  }
 }
 
 void nm_gemm_pack_masked_transposed_into(ConstMatrixViewF w, std::span<const int64_t> order,

@@ -277,14 +277,15 @@ TEST(NmGemmBf16, PackOfCompressedIsTheSameAtEveryLevel) {
 }
 
 TEST(NmGemmBf16, PackTransposedEqualsTransposeThenPack) {
-  // A = (P W)ᵀ with and without a row order, C around the 32-row block, K not a multiple of 16.
-  // The packer takes this route itself (through a copy it keeps per thread): the test guards the
-  // copy's reuse across shapes and the order check.
+  // A = (P W)ᵀ with and without a row order, C around the 32-row block and past the staged route's
+  // 512-row segments, K not a multiple of 32 (a partial last chunk). At m = 4 on the AVX-512 BF16
+  // level the packer stages blocks of W itself; otherwise it packs from a transposed copy it keeps
+  // per thread: the test guards both, the copy's reuse across shapes and the order check.
   NmGemmBf16Operand fused;
   NmGemmBf16Operand ref;
   uint64_t seed = 60;
   for (const NmPattern p : {NmPattern{2, 4}, {1, 4}, {4, 8}}) {
-    for (const int64_t c : {int64_t{5}, int64_t{32}, int64_t{45}}) {
+    for (const int64_t c : {int64_t{5}, int64_t{32}, int64_t{45}, int64_t{600}}) {
       for (const int64_t k : {int64_t{8}, int64_t{36}, int64_t{100}}) {
         if (k % p.m != 0) continue;
         const Matrix d = testing::random_nm(c, k, p, NmAxis::kRows, seed++);  // the mask's shape
@@ -318,6 +319,18 @@ TEST(NmGemmBf16, PackTransposedEqualsTransposeThenPack) {
     }
   }
   const Matrix w = testing::random_matrix(8, 8, 1);
+  BitMask overfull(8, 8);
+  overfull.set(5, 4);
+  overfull.set(5, 5);
+  overfull.set(5, 6);
+  for (const bool scalar : {false, true}) {
+    const ScopedIsa isa(scalar ? Isa::kScalar : isa_supported());
+    testing::expect_error(
+        [&] {
+          nm_gemm_bf16_pack_masked_transposed_into(w.view(), {}, overfull, {2, 4}, fused);
+        },
+        "row 5 group 1 (columns 4..7) keeps 3 > n (2)");
+  }
   const std::vector<int64_t> bad{0, 1, 2, 9, 4, 5, 6, 7};
   testing::expect_error(
       [&] {
