@@ -8,7 +8,8 @@
 // max_rel_error = max |ours − fp32 dense| / max |fp32 dense| (bf16 inputs: about 2⁻⁸ relative);
 // pack_fp32_ms / pack_bf16_ms: packing each operand from W and its mask (a training step's cost,
 // nm_gemm_pack_masked_into / nm_gemm_bf16_pack_masked_into); pack_t_*: the same for Wᵀ straight
-// from W (the *_transposed_into packers), with an N:M mask of Wᵀ along out.
+// from W (the *_transposed_into packers), with an N:M mask of Wᵀ along out; pack_t_bf16_copy_ms:
+// the bf16 one's former route, transpose_into into a copy then the masked pack.
 // Run (on a quiet machine, `uptime` load < 1):
 //   build/bench/bench_nm_gemm_bf16 --benchmark_min_time=1
 #include <benchmark/benchmark.h>
@@ -104,7 +105,9 @@ void BM_NmGemmBf16(benchmark::State& state) {
   nm_gemm_bf16(x16, a16, y16.view());
   torch_call();
   std::vector<double> t_dense, t32, t16, t16_from32, t_torch, t_pack32, t_pack16, t_packt32,
-      t_packt16;
+      t_packt16, t_packt16_copy;
+  Matrix w_copy(s.in, s.out);
+  NmGemmBf16Operand a16t_copy;
   // Wᵀ's operand (backward-data) with an N:M mask of its own along out.
   Matrix w_t(s.in, s.out);
   transpose_into(w.view(), w_t.view());
@@ -141,6 +144,9 @@ void BM_NmGemmBf16(benchmark::State& state) {
     const auto t10 = clock::now();
     nm_gemm_bf16_pack_masked_transposed_into(w.view(), {}, mask_t, p, a16t);
     const auto t11 = clock::now();
+    transpose_into(w.view(), w_copy.view());
+    nm_gemm_bf16_pack_masked_into(w_copy.view(), mask_t, p, a16t_copy);
+    t_packt16_copy.push_back(seconds_of(t11, clock::now()));
     t_pack32.push_back(seconds_of(t7, t8));
     t_pack16.push_back(seconds_of(t8, t9));
     t_packt32.push_back(seconds_of(t9, t10));
@@ -162,6 +168,7 @@ void BM_NmGemmBf16(benchmark::State& state) {
   state.counters["pack_bf16_ms"] = bench::median(t_pack16) * 1e3;
   state.counters["pack_t_fp32_ms"] = bench::median(t_packt32) * 1e3;
   state.counters["pack_t_bf16_ms"] = bench::median(t_packt16) * 1e3;
+  state.counters["pack_t_bf16_copy_ms"] = bench::median(t_packt16_copy) * 1e3;
   state.counters["speedup"] = dense_ms / bf16_ms;
   state.counters["speedup_fp32"] = dense_ms / fp32_ms;
 #if defined(NMS_BENCH_TORCH)

@@ -424,7 +424,6 @@ struct TransposedItems {
   }
 };
 
-
 // Item `item` of nm_gemm_pack_masked_transposed_into: part q of depth block b for one segment of
 // tiles, from a stage of those rows of W transposed (the same entries as pack_tiles on the
 // transposed matrix).
@@ -596,8 +595,9 @@ void nm_gemm_pack_masked_into(ConstMatrixViewF a, const BitMask& mask, NmPattern
                });
 }
 
-void detail::stage_transposed(ConstMatrixViewF w, std::span<const int64_t> order, int64_t j0, int64_t j1,
-                      int64_t col0, int64_t width, int64_t ld, Isa isa, float* stage) {
+void detail::stage_transposed(ConstMatrixViewF w, std::span<const int64_t> order, int64_t j0,
+                              int64_t j1, int64_t col0, int64_t width, int64_t ld, Isa isa,
+                              float* stage) {
   const auto src_row = [&](int64_t c) {
     const int64_t k = col0 + c;
     return w.row(order.empty() ? k : order[k]);
