@@ -125,6 +125,11 @@ struct NmGemmBf16Args {
   float* y;     // [tokens, rows], row stride ldy; with y_transposed [rows, tokens]: y(t, r) at
   int64_t ldy;  // y[r * ldy + t] (the weight gradient's dW = (dWᵀ)ᵀ, nm_wgrad_bf16.h)
   bool y_transposed = false;
+  // y_transposed only: write Yᵀ's lines whole with streaming stores in the last K block (a large
+  // dW that the caches would not keep; needs y 64-byte aligned, ldy % 16 == 0 and the item's
+  // tokens in whole pairs of tiles, else ignored). y_stage: the kernel's own.
+  bool y_stream = false;
+  float* y_stage = nullptr;
   // y_transposed only: the first K block starts from λ · w(r, t) where keep(r, t) == 0 and from
   // 0 elsewhere (SR-STE's decay term, NmWgradDecay), denormal starts flushed to (signed) 0 as
   // vdpbf16ps flushes its sums. start_w == nullptr: from 0.

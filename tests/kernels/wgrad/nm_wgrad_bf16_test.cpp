@@ -160,6 +160,29 @@ TEST(NmWgradBf16, DecayAndDepthBlocks) {
   }
 }
 
+TEST(NmWgradBf16, StreamedLinesOfALargeDw) {
+  // dW of at least 8 MB, 64-byte aligned with ld % 16 == 0 and T within one K block: the kernel
+  // writes whole lines with streaming stores (the last work item holds 16 in features); the same
+  // bits as the scalar path, with the decay, on 1 and 2 threads.
+  const Case c{64, 2064, 1024, {2, 4}};
+  const Matrix d = testing::random_nm(c.tokens, c.out, c.pattern, NmAxis::kCols, 3);
+  const CompressedNm dy = nm_compress(d.view(), c.pattern, NmAxis::kCols);
+  const Matrix x = testing::random_matrix(c.tokens, c.in, 4);
+  const Decay decay = make_decay(c, 5);
+  Matrix want(c.out, c.in);
+  {
+    const ScopedIsa isa(Isa::kScalar);
+    nm_wgrad_bf16(dy, x.view(), want.view(), nullptr, &decay.view);
+  }
+  for (const int threads : {1, 2}) {
+    const ScopedNumThreads t(threads);
+    Matrix got(c.out, c.in);
+    ASSERT_EQ(reinterpret_cast<uintptr_t>(got.data()) % 64, 0u);
+    nm_wgrad_bf16(dy, x.view(), got.view(), nullptr, &decay.view);
+    EXPECT_EQ(std::memcmp(want.data(), got.data(), sizeof(float) * want.size()), 0) << threads;
+  }
+}
+
 TEST(NmWgradBf16, ThreadsDoNotChangeBits) {
   const Case c{200, 600, 70, {2, 4}};
   std::vector<float> one, two;
