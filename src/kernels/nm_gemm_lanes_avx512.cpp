@@ -13,6 +13,7 @@
 
 #include "kernels/first_lanes_avx512.h"
 #include "kernels/nm_gemm_lanes_layout.h"
+#include "kernels/start_term_avx512.h"
 #include "kernels/transpose16_avx512.h"
 
 namespace nms::detail {
@@ -67,11 +68,8 @@ inline void load_transposed(const NmGemmLaneArgs& a, int64_t t0, int64_t row0, b
   const auto row_of = [&](int64_t k) {
     if (k >= real) return _mm256_setzero_ps();
     if (!first) return _mm256_maskz_loadu_ps(tm, a.y + (row0 + k) * a.ldy + t0);
-    const __m256 w = _mm256_maskz_loadu_ps(tm, a.start_w + (row0 + k) * a.start_ldw + t0);
-    const __m128i keep = _mm_maskz_loadu_epi8(tm, a.start_keep + (row0 + k) * a.start_ldkeep + t0);
-    const __mmask8 dropped =
-        _mm256_mask_testn_epi32_mask(tm, _mm256_cvtepu8_epi32(keep), _mm256_cvtepu8_epi32(keep));
-    return _mm256_maskz_mul_ps(dropped, lambda, w);
+    return start_term8(a.start_w + (row0 + k) * a.start_ldw + t0,
+                       a.start_keep + (row0 + k) * a.start_ldkeep + t0, tm, lambda);
   };
   load_rows_transposed<RT>(row_of, acc0, acc1);
 }

@@ -203,6 +203,17 @@ struct LayerBench {
     sgemm(true, false, s.out, s.in, s.tokens, dy_pruned.data(), s.out, x.data(), s.in,
           dw_dense.data(), s.in);
   }
+  void dense_layer_step() {
+    dense_forward();
+    dense_backward_data();
+    dense_weight_grad();
+  }
+  // The largest of the three GEMMs' errors after a layer step.
+  double layer_step_error() const {
+    return std::max({max_rel_error(y_sparse.view(), y_dense.view()),
+                     max_rel_error(dx_sparse.view(), dx_dense.view()),
+                     max_rel_error(dw_sparse.view(), dw_dense.view())});
+  }
   void sparse_forward() { nm_gemm(x.view(), w_fwd, y_sparse.view()); }
   void sparse_backward_data() { nm_gemm(dy.view(), w_bwd, dx_sparse.view()); }
   // MVUE pruning of dY along tokens and the kernel (nm_wgrad_pruned: the pruning writes the
@@ -382,37 +393,22 @@ int run_bench_kernels(const KernelBenchOptions& o) {
           r.error = max_rel_error(b.dw_sparse.view(), b.dw_dense.view());
         } else if (g == "layer_step_bf16") {
           r = time_pair(
-              g, o.repeats,
-              [&] {
-                b.dense_forward();
-                b.dense_backward_data();
-                b.dense_weight_grad();
-              },
-              [&] { b.sparse_layer_step_bf16(); });
-          r.error = std::max({max_rel_error(b.y_sparse.view(), b.y_dense.view()),
-                              max_rel_error(b.dx_sparse.view(), b.dx_dense.view()),
-                              max_rel_error(b.dw_sparse.view(), b.dw_dense.view())});
+              g, o.repeats, [&] { b.dense_layer_step(); }, [&] { b.sparse_layer_step_bf16(); });
+          r.error = b.layer_step_error();
         } else if (g == "weight_grad") {
           r = time_pair(
               g, o.repeats, [&] { b.dense_weight_grad(); }, [&] { b.sparse_weight_grad(); });
           r.error = max_rel_error(b.dw_sparse.view(), b.dw_dense.view());
         } else {
           r = time_pair(
-              g, o.repeats,
-              [&] {
-                b.dense_forward();
-                b.dense_backward_data();
-                b.dense_weight_grad();
-              },
+              g, o.repeats, [&] { b.dense_layer_step(); },
               [&] {
                 b.compress_weights();
                 b.sparse_forward();
                 b.sparse_backward_data();
                 b.sparse_weight_grad();
               });
-          r.error = std::max({max_rel_error(b.y_sparse.view(), b.y_dense.view()),
-                              max_rel_error(b.dx_sparse.view(), b.dx_dense.view()),
-                              max_rel_error(b.dw_sparse.view(), b.dw_dense.view())});
+          r.error = b.layer_step_error();
         }
         rs.push_back(r);
       }
