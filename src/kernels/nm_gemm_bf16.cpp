@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
+#include <functional>
 #include <string>
 #include <type_traits>
 
@@ -155,6 +156,21 @@ void pack_compressed_row(const CompressedNm& c, const NmGemmBf16Layout& lay, int
 }
 
 }  // namespace
+
+void detail::nm_gemm_bf16_for_items(
+    int64_t tokens, int64_t blocks,
+    const std::function<void(int64_t, int64_t, int64_t, int64_t)>& item) {
+  const int64_t token_blocks = (tokens + kTokenBlock - 1) / kTokenBlock;
+  // Row parts when the token blocks alone would leave threads idle (at least 2 items per thread;
+  // each item owns its block of Y, so results do not depend on the split).
+  const int64_t row_parts =
+      std::clamp<int64_t>((2 * max_threads() + token_blocks - 1) / token_blocks, 1, blocks);
+  detail::parallel_for(token_blocks * row_parts, [&](int64_t i) {
+    const int64_t t0 = i / row_parts * kTokenBlock;
+    item(t0, std::min(tokens, t0 + kTokenBlock), i % row_parts * blocks / row_parts,
+         (i % row_parts + 1) * blocks / row_parts);
+  });
+}
 
 NmGemmBf16Layout detail::nm_gemm_bf16_prepare(int64_t rows, int64_t depth, NmPattern p,
                                               NmGemmBf16Operand& dst) {
@@ -356,38 +372,30 @@ void run(MatrixView<const T> x, const NmGemmBf16Operand& a, MatrixViewF y, const
   args.n = a.pattern.n;
   args.m = a.pattern.m;
   const NmGemmBf16Layout lay(a.rows, a.depth, a.pattern.n, a.pattern.m);
-  const int64_t tokens = x.rows();
-  const int64_t token_blocks = (tokens + kTokenBlock - 1) / kTokenBlock;
-  // Row parts when the token blocks alone would leave threads idle (at least 2 items per thread;
-  // each item owns its block of Y, so results do not depend on the split).
-  const int64_t row_parts =
-      std::clamp<int64_t>((2 * max_threads() + token_blocks - 1) / token_blocks, 1, lay.blocks);
-  detail::parallel_for(token_blocks * row_parts, [&](int64_t i) {
-    const int64_t t0 = i / row_parts * kTokenBlock;
-    const int64_t t1 = std::min(tokens, t0 + kTokenBlock);
-    const int64_t b0 = i % row_parts * lay.blocks / row_parts;
-    const int64_t b1 = (i % row_parts + 1) * lay.blocks / row_parts;
-    detail::NmGemmBf16Args item = args;  // tokens [t0, t1) as rows [0, t1 - t0)
-    item.y = y.row(t0);
-    item.ldy = y.ld();
-    if constexpr (std::is_same_v<T, float>) {
-      // The item's rows of X rounded once into a per-thread buffer (256 x K bf16, in L2 for K up
-      // to 2048), then read by every row block: rounding inside the kernel instead re-rounded
-      // each chunk per row block, 4-10 % of the kernel (one thread, Zen 4, bench_nm_gemm_bf16).
-      thread_local AlignedBuffer<uint16_t> rounded;
-      if (rounded.size() < kTokenBlock * a.depth)
-        rounded.resize_for_overwrite(kTokenBlock * a.depth);
-      detail::round_rows_to_bf16_avx512(x.row(t0), x.ld(), t1 - t0, a.depth, rounded.data());
-      item.x = rounded.data();
-      item.ldx = a.depth;
-    } else {
-      item.x = x.row(t0);
-      item.ldx = x.ld();
-    }
-    detail::nm_gemm_bf16_avx512(item, 0, t1 - t0, b0, b1);
-    detail::add_bias(y.data(), y.ld(), t0, t1, b0 * kBf16Rows, std::min(a.rows, b1 * kBf16Rows),
-                     bias);
-  });
+  detail::nm_gemm_bf16_for_items(
+      x.rows(), lay.blocks, [&](int64_t t0, int64_t t1, int64_t b0, int64_t b1) {
+        detail::NmGemmBf16Args item = args;  // tokens [t0, t1) as rows [0, t1 - t0)
+        item.y = y.row(t0);
+        item.ldy = y.ld();
+        if constexpr (std::is_same_v<T, float>) {
+          // The item's rows of X rounded once into a per-thread buffer (256 x K bf16, in L2 for K
+          // up to 2048), then read by every row block: rounding inside the kernel instead
+          // re-rounded each chunk per row block, 4-10 % of the kernel (one thread, Zen 4,
+          // bench_nm_gemm_bf16).
+          thread_local AlignedBuffer<uint16_t> rounded;
+          if (rounded.size() < kTokenBlock * a.depth)
+            rounded.resize_for_overwrite(kTokenBlock * a.depth);
+          detail::round_rows_to_bf16_avx512(x.row(t0), x.ld(), t1 - t0, a.depth, rounded.data());
+          item.x = rounded.data();
+          item.ldx = a.depth;
+        } else {
+          item.x = x.row(t0);
+          item.ldx = x.ld();
+        }
+        detail::nm_gemm_bf16_avx512(item, 0, t1 - t0, b0, b1);
+        detail::add_bias(y.data(), y.ld(), t0, t1, b0 * kBf16Rows, std::min(a.rows, b1 * kBf16Rows),
+                         bias);
+      });
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 
 #include <bit>
 #include <cstdint>
+#include <functional>
 
 #include "nmsparse/format/compressed_nm.h"
 #include "nmsparse/kernels/nm_gemm_bf16.h"
@@ -113,6 +114,13 @@ struct NmGemmBf16CompressedArgs {
 // Row block b of nm_gemm_bf16_pack_compressed's operand at 2:4, 16 rows at a time (the real rows'
 // words; rows past `rows` written as 0).
 void nm_gemm_bf16_pack_compressed24_avx512(const NmGemmBf16CompressedArgs& p, int64_t b);
+
+// The work items of the kernel's drivers (nm_gemm_bf16, nm_wgrad_bf16), in parallel:
+// item(t0, t1, b0, b1) for blocks of 256 tokens [t0, t1) by parts [b0, b1) of the `blocks` row
+// blocks, the rows split only when the token blocks alone would leave threads idle (at least 2
+// items per thread). Each item owns its block of the output: results do not depend on the split.
+void nm_gemm_bf16_for_items(int64_t tokens, int64_t blocks,
+                            const std::function<void(int64_t, int64_t, int64_t, int64_t)>& item);
 
 // What the AVX-512 BF16 kernel reads (nm_gemm_bf16_avx512.cpp).
 struct NmGemmBf16Args {

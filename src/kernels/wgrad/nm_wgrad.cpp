@@ -214,8 +214,8 @@ void wgrad_permute(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw, N
 
 }  // namespace
 
-void detail::validate_wgrad_operands(int64_t tokens, int64_t out, ConstMatrixViewF x, MatrixViewF dw,
-                       const NmWgradDecay* decay) {
+void detail::validate_wgrad_operands(int64_t tokens, int64_t out, ConstMatrixViewF x,
+                                     MatrixViewF dw, const NmWgradDecay* decay) {
   const int64_t in = x.cols();
   NMS_CHECK(x.rows() == tokens, "nm_wgrad: x has ", x.rows(), " rows (tokens), dY has ", tokens);
   NMS_CHECK(dw.rows() == out && dw.cols() == in, "nm_wgrad: dw is ", dw.rows(), " x ", dw.cols(),
@@ -237,7 +237,6 @@ bool nm_wgrad_has_fast_path(NmPattern pattern) {
 }
 
 namespace {
-
 
 // Every check of nm_wgrad's boundary (throws nms::Error naming the value).
 void validate_nm_wgrad(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw,

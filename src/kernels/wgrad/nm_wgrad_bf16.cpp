@@ -20,8 +20,8 @@ using detail::kBf16Chunk;
 using detail::kBf16Rows;
 using detail::NmGemmBf16Layout;
 
-// In features per work item: 256, nm_gemm_bf16's token block (its tokens are our in features).
-constexpr int64_t kInBlock = 256;
+// In features per work item of X's transposed rounding: each reads 1 KB runs of 16 rows of X at a
+// time. 64 took twice as long for tall X (4.2 against 2.4 ms at T 8192 x 768, one thread, Zen 4).
 constexpr int64_t kRoundBlock = 256;
 // dW at least this large (and T within one K block) is written in whole lines with streaming
 // stores, skipping the read for ownership of every line: 4096 x 4096, T 512, with the decay, one
@@ -97,8 +97,8 @@ void run_packed(ConstMatrixViewF x, MatrixViewF dw, NmWgradBf16Workspace& w,
   if (!kernel) {
     detail::parallel_for(out, [&](int64_t o) {
       for (int64_t i = 0; i < in; ++i) {
-        dw(o, i) = detail::bf16_row_chain(w.x_t.data() + i * ld, a, lay, o,
-                                          start_term(decay, o, i));
+        dw(o, i) =
+            detail::bf16_row_chain(w.x_t.data() + i * ld, a, lay, o, start_term(decay, o, i));
       }
     });
     return;
@@ -120,25 +120,18 @@ void run_packed(ConstMatrixViewF x, MatrixViewF dw, NmWgradBf16Workspace& w,
     args.start_ldkeep = decay->keep_ld;
     args.start_lambda = decay->lambda;
   }
-  const int64_t in_blocks = (in + kInBlock - 1) / kInBlock;
-  // Row parts when the in blocks alone would leave threads idle (nm_gemm_bf16's split; each item
-  // owns its block of dW, so results do not depend on it).
-  const int64_t row_parts =
-      std::clamp<int64_t>((2 * max_threads() + in_blocks - 1) / in_blocks, 1, lay.blocks);
-  detail::parallel_for(in_blocks * row_parts, [&](int64_t item_index) {
-    const int64_t i0 = item_index / row_parts * kInBlock;
-    const int64_t i1 = std::min(in, i0 + kInBlock);
-    const int64_t b0 = item_index % row_parts * lay.blocks / row_parts;
-    const int64_t b1 = (item_index % row_parts + 1) * lay.blocks / row_parts;
-    detail::NmGemmBf16Args item = args;  // in features [i0, i1) as tokens [0, i1 - i0)
-    item.x = w.x_t.data() + i0 * ld;
-    item.y = dw.data() + i0;
-    if (decay != nullptr) {
-      item.start_w = decay->w.data() + i0;
-      item.start_keep = decay->keep + i0;
-    }
-    detail::nm_gemm_bf16_avx512(item, 0, i1 - i0, b0, b1);
-  });
+  // nm_gemm_bf16's items, its tokens being the in features.
+  detail::nm_gemm_bf16_for_items(
+      in, lay.blocks, [&](int64_t i0, int64_t i1, int64_t b0, int64_t b1) {
+        detail::NmGemmBf16Args item = args;  // in features [i0, i1) as tokens [0, i1 - i0)
+        item.x = w.x_t.data() + i0 * ld;
+        item.y = dw.data() + i0;
+        if (decay != nullptr) {
+          item.start_w = decay->w.data() + i0;
+          item.start_keep = decay->keep + i0;
+        }
+        detail::nm_gemm_bf16_avx512(item, 0, i1 - i0, b0, b1);
+      });
 }
 
 // dW = start term everywhere (T = 0).
@@ -177,8 +170,8 @@ void nm_wgrad_bf16_pruned(ConstMatrixViewF dy, const GradPruneOptions& prune, Co
     // and packed (dY 6400 x 768, one thread, Zen 4: MVUE into the compressed form 4.6 ms plus the
     // pack 2.3 ms, against ... ms fused).
     detail::validate_wgrad_operands(dy.rows(), dy.cols(), x, dw, decay);
-    const NmGemmBf16Layout lay = detail::nm_gemm_bf16_prepare(dy.cols(), dy.rows(), prune.pattern,
-                                                              w.dy_t);
+    const NmGemmBf16Layout lay =
+        detail::nm_gemm_bf16_prepare(dy.cols(), dy.rows(), prune.pattern, w.dy_t);
     NMS_ASSERT(lay.pairs_per_chunk == 8 && lay.total() == dy.cols() / 32 * lay.chunks * 8 * 64);
     detail::grad_prune_pairs24_bf16(dy, prune, w.dy_t.values.data(), w.dy_t.index.data());
     run_packed(x, dw, w, decay);
