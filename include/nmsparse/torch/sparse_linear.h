@@ -83,9 +83,8 @@ struct SparseLinearConfig {
   GemmInputs inputs = GemmInputs::kFp32;
 
   // Throws nms::Error naming the offending field (patterns, intervals, decay, mvue-approx24 with a
-  // grad pattern other than 2:4, bf16 inputs with a pattern (of a sparse GEMM: weights or
-  // gradients) whose m does not divide 32 or, on the
-  // kernel path, on a CPU without AVX512_BF16).
+  // grad pattern other than 2:4, bf16 inputs with a pattern of a sparse GEMM, weights' or
+  // gradients', whose m does not divide 32 or, on the kernel path, on a CPU without AVX512_BF16).
   void validate() const;
   // One line, e.g. "bimask 2:4 / mvue 2:4 / kernels".
   std::string describe() const;
