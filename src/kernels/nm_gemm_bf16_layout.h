@@ -57,7 +57,7 @@ struct NmGemmBf16Layout {
 // CompressedNm's canonical slots of one group (its m bits of `kept`, none over n): the kept
 // columns plus, when fewer than n, the lowest columns not kept. Internal linkage (static): the
 // scalar and the AVX-512 translation units each compile their own copy with their own flags.
-static inline uint32_t canonical_slots(uint32_t kept, uint32_t group_bits, int n) {
+static constexpr uint32_t canonical_slots(uint32_t kept, uint32_t group_bits, int n) {
   uint32_t slots = kept;
   for (uint32_t free = ~kept & group_bits; std::popcount(slots) < n;) {
     slots |= free & (0u - free);
