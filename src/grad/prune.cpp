@@ -643,19 +643,19 @@ void grad_prune_lanes24(ConstMatrixViewF g, const GradPruneOptions& options, flo
   prune_chunks24(g, options, "grad_prune_lanes24",
                  [&](const float* src, int64_t group_rows, int64_t blocks, int64_t row0,
                      int64_t col0, const Mvue24Key& key) {
-                   return mvue24_lanes_avx512(src, g.ld(), group_rows, blocks, g.cols(), row0,
-                                              col0, key, chunks, values, lanes);
+                   return mvue24_lanes_avx512(src, g.ld(), group_rows, blocks, g.cols(), row0, col0,
+                                              key, chunks, values, lanes);
                  });
 }
 
-void grad_prune_pairs24_bf16(ConstMatrixViewF g, const GradPruneOptions& options,
-                             uint16_t* values, uint16_t* index) {
+void grad_prune_pairs24_bf16(ConstMatrixViewF g, const GradPruneOptions& options, uint16_t* values,
+                             uint16_t* index) {
   const int64_t chunks32 = (g.rows() + 31) / 32;
   prune_chunks24(g, options, "grad_prune_pairs24_bf16",
                  [&](const float* src, int64_t group_rows, int64_t blocks, int64_t row0,
                      int64_t col0, const Mvue24Key& key) {
-                   return mvue24_pairs_bf16_avx512(src, g.ld(), group_rows, blocks, g.cols(),
-                                                   row0, col0, key, chunks32, values, index);
+                   return mvue24_pairs_bf16_avx512(src, g.ld(), group_rows, blocks, g.cols(), row0,
+                                                   col0, key, chunks32, values, index);
                  });
 }
 

@@ -27,7 +27,7 @@ void grad_prune_lanes24(ConstMatrixViewF g, const GradPruneOptions& options, flo
 // · 64 words in `values` and `index` (64-byte aligned), bitwise nm_gemm_bf16_pack of
 // grad_prune_compressed's output, except the pairs past T of a last chunk of 16 tokens, which it
 // does not write (the caller zero-fills them). Same conditions, threads and errors as above.
-void grad_prune_pairs24_bf16(ConstMatrixViewF g, const GradPruneOptions& options,
-                             uint16_t* values, uint16_t* index);
+void grad_prune_pairs24_bf16(ConstMatrixViewF g, const GradPruneOptions& options, uint16_t* values,
+                             uint16_t* index);
 
 }  // namespace nms::detail

@@ -207,12 +207,12 @@ TEST(NmWgradBf16, PrunedEqualsPruneThenWgrad) {
     NmPattern pattern;
   };
   const Shape shapes[] = {
-      {96, 40, 64, {2, 4}},    // fused, whole 32-token chunks
-      {80, 40, 96, {2, 4}},    // fused, a last chunk of 16 tokens
-      {64, 24, 576, {2, 4}},   // fused, a full strip and one of 64 columns
-      {64, 40, 40, {2, 4}},    // out % 32 != 0: compressed
-      {52, 40, 64, {2, 4}},    // T % 16 != 0: compressed
-      {64, 40, 64, {4, 8}},    // 4:8: compressed
+      {96, 40, 64, {2, 4}},   // fused, whole 32-token chunks
+      {80, 40, 96, {2, 4}},   // fused, a last chunk of 16 tokens
+      {64, 24, 576, {2, 4}},  // fused, a full strip and one of 64 columns
+      {64, 40, 40, {2, 4}},   // out % 32 != 0: compressed
+      {52, 40, 64, {2, 4}},   // T % 16 != 0: compressed
+      {64, 40, 64, {4, 8}},   // 4:8: compressed
   };
   uint64_t seed = 300;
   for (const Shape& sh : shapes) {
