@@ -38,6 +38,28 @@ double best(const std::vector<double>& v) {
   return v.empty() ? 0.0 : *std::min_element(v.begin(), v.end());
 }
 
+// Per iteration, each call once in order (bench::settle before each), timed; returns each call's
+// median in ms. The iteration's manual time is call `reported`'s.
+std::vector<double> alternate_medians_ms(benchmark::State& state, int threads,
+                                         const std::vector<std::function<void()>>& calls,
+                                         size_t reported) {
+  using clock = std::chrono::steady_clock;
+  std::vector<std::vector<double>> times(calls.size());
+  for (const auto& call : calls) call();  // warm: buffers touched, workspaces sized
+  for (auto _ : state) {
+    for (size_t k = 0; k < calls.size(); ++k) {
+      bench::settle(threads);
+      const auto t0 = clock::now();
+      calls[k]();
+      times[k].push_back(std::chrono::duration<double>(clock::now() - t0).count());
+    }
+    state.SetIterationTime(times[reported].back());
+  }
+  std::vector<double> medians;
+  for (const auto& t : times) medians.push_back(bench::median(t) * 1e3);
+  return medians;
+}
+
 const NmPattern kPatterns[] = {{2, 4}, {1, 4}, {8, 16}, {4, 8}};
 struct Shape {
   int64_t tokens, in, out;
@@ -152,23 +174,14 @@ void BM_NmWgradDecay(benchmark::State& state) {
   const NmWgradDecay decay{w.view(), keep.data(), s.in, 2e-4f};
   Matrix dw(s.out, s.in);
   NmWgradWorkspace ws;
-  nm_wgrad(dy, x.view(), dw.view(), &ws, &decay);
-  using clock = std::chrono::steady_clock;
-  std::vector<double> t_plain;
-  std::vector<double> t_decay;
-  for (auto _ : state) {
-    for (const NmWgradDecay* d : {static_cast<const NmWgradDecay*>(nullptr), &decay}) {
-      bench::settle(1);
-      const auto t0 = clock::now();
-      nm_wgrad(dy, x.view(), dw.view(), &ws, d);
-      (d == nullptr ? t_plain : t_decay)
-          .push_back(std::chrono::duration<double>(clock::now() - t0).count());
-    }
-    state.SetIterationTime(t_decay.back());
-  }
-  state.counters["plain_ms"] = bench::median(t_plain) * 1e3;
-  state.counters["decay_ms"] = bench::median(t_decay) * 1e3;
-  state.counters["decay_cost_ms"] = (bench::median(t_decay) - bench::median(t_plain)) * 1e3;
+  const std::vector<double> ms =
+      alternate_medians_ms(state, 1,
+                           {[&] { nm_wgrad(dy, x.view(), dw.view(), &ws); },
+                            [&] { nm_wgrad(dy, x.view(), dw.view(), &ws, &decay); }},
+                           1);
+  state.counters["plain_ms"] = ms[0];
+  state.counters["decay_ms"] = ms[1];
+  state.counters["decay_cost_ms"] = ms[1] - ms[0];
   state.SetLabel("2:4 T" + std::to_string(s.tokens) + " " + std::to_string(s.out) + "x" +
                  std::to_string(s.in) + " " + std::string(isa_name(isa_active())));
 }
@@ -207,29 +220,16 @@ void BM_NmWgradBf16(benchmark::State& state) {
                 static_cast<int>(s.out), x.data(), static_cast<int>(s.in), 0.0f, dw_dense.data(),
                 static_cast<int>(s.in));
   };
-  const auto fp32_call = [&] { nm_wgrad(dy, x.view(), dw_fp32.view(), &ws); };
-  const auto bf16_call = [&] { nm_wgrad_bf16(dy, x.view(), dw_bf16.view(), &ws_bf16); };
-  dense_call();
-  fp32_call();
-  bf16_call();
-  using clock = std::chrono::steady_clock;
-  std::vector<double> times[3];
-  for (auto _ : state) {
-    int k = 0;
-    for (const auto& call : {std::function<void()>(dense_call), std::function<void()>(fp32_call),
-                             std::function<void()>(bf16_call)}) {
-      bench::settle(threads);
-      const auto t0 = clock::now();
-      call();
-      times[k++].push_back(std::chrono::duration<double>(clock::now() - t0).count());
-    }
-    state.SetIterationTime(times[2].back());
-  }
-  state.counters["dense_ms"] = bench::median(times[0]) * 1e3;
-  state.counters["fp32_ms"] = bench::median(times[1]) * 1e3;
-  state.counters["bf16_ms"] = bench::median(times[2]) * 1e3;
-  state.counters["speedup"] = bench::median(times[0]) / bench::median(times[2]);
-  state.counters["speedup_fp32"] = bench::median(times[0]) / bench::median(times[1]);
+  const std::vector<double> ms =
+      alternate_medians_ms(state, threads,
+                           {dense_call, [&] { nm_wgrad(dy, x.view(), dw_fp32.view(), &ws); },
+                            [&] { nm_wgrad_bf16(dy, x.view(), dw_bf16.view(), &ws_bf16); }},
+                           2);
+  state.counters["dense_ms"] = ms[0];
+  state.counters["fp32_ms"] = ms[1];
+  state.counters["bf16_ms"] = ms[2];
+  state.counters["speedup"] = ms[0] / ms[2];
+  state.counters["speedup_fp32"] = ms[0] / ms[1];
   state.counters["max_rel_error"] = bench::max_rel_error(dw_bf16, dw_dense);
   state.SetLabel("2:4 T" + std::to_string(s.tokens) + " " + std::to_string(s.out) + "x" +
                  std::to_string(s.in) + (nm_gemm_bf16_kernel_active() ? " avx512bf16" : " scalar"));
@@ -263,34 +263,17 @@ void BM_NmWgradBf16Pruned(benchmark::State& state) {
   NmWgradBf16Workspace fused_ws;
   NmWgradBf16Workspace unfused_ws;
   CompressedNm pruned;
-  const auto fused = [&] {
-    nm_wgrad_bf16_pruned(g.view(), options, x.view(), dw.view(), &fused_ws, &decay);
-  };
-  const auto unfused = [&] {
-    grad_prune_compressed_into(g.view(), options, pruned);
-    nm_wgrad_bf16(pruned, x.view(), dw.view(), &unfused_ws, &decay);
-  };
-  fused();
-  unfused();
-  using clock = std::chrono::steady_clock;
-  std::vector<double> t_fused;
-  std::vector<double> t_unfused;
-  for (auto _ : state) {
-    bench::settle(threads);
-    const auto t0 = clock::now();
-    fused();
-    const auto t1 = clock::now();
-    bench::settle(threads);
-    const auto t2 = clock::now();
-    unfused();
-    const auto t3 = clock::now();
-    t_fused.push_back(std::chrono::duration<double>(t1 - t0).count());
-    t_unfused.push_back(std::chrono::duration<double>(t3 - t2).count());
-    state.SetIterationTime(t_fused.back());
-  }
-  state.counters["fused_ms"] = bench::median(t_fused) * 1e3;
-  state.counters["unfused_ms"] = bench::median(t_unfused) * 1e3;
-  state.counters["gain"] = bench::median(t_unfused) / bench::median(t_fused);
+  const std::vector<double> ms = alternate_medians_ms(
+      state, threads,
+      {[&] { nm_wgrad_bf16_pruned(g.view(), options, x.view(), dw.view(), &fused_ws, &decay); },
+       [&] {
+         grad_prune_compressed_into(g.view(), options, pruned);
+         nm_wgrad_bf16(pruned, x.view(), dw.view(), &unfused_ws, &decay);
+       }},
+      0);
+  state.counters["fused_ms"] = ms[0];
+  state.counters["unfused_ms"] = ms[1];
+  state.counters["gain"] = ms[1] / ms[0];
   state.SetLabel("2:4 T" + std::to_string(s.tokens) + " " + std::to_string(s.out) + "x" +
                  std::to_string(s.in));
 }

@@ -104,6 +104,11 @@ bool nm_gemm_bf16_supports(NmPattern pattern) {
          kBf16Chunk % pattern.m == 0;
 }
 
+void detail::check_bf16_pattern(NmPattern p, const char* what) {
+  NMS_CHECK(nm_gemm_bf16_supports(p), what, ": pattern ", p.to_string(),
+            " is not supported (m must divide 32: 1:2, 2:4, 4:8, 8:16, 16:32, ...)");
+}
+
 bool nm_gemm_bf16_kernel_active() {
 #if defined(NMS_HAVE_AVX512_KERNELS)
   static const bool cpu_has_bf16 = [] {
@@ -118,8 +123,7 @@ bool nm_gemm_bf16_kernel_active() {
 
 void nm_gemm_bf16_pack_into(const CompressedNm& compressed, NmGemmBf16Operand& dst) {
   const NmPattern p = compressed.pattern;
-  NMS_CHECK(nm_gemm_bf16_supports(p), "nm_gemm_bf16: pattern ", p.to_string(),
-            " is not supported (m must divide 32: 1:2, 2:4, 4:8, 8:16, 16:32, ...)");
+  detail::check_bf16_pattern(p, "nm_gemm_bf16");
   nm_validate(compressed);  // buffer sizes, indices in range and increasing
   detail::nm_gemm_bf16_pack_compressed(compressed, dst);
 }
@@ -214,21 +218,32 @@ void detail::nm_gemm_bf16_pack_compressed(const CompressedNm& compressed, NmGemm
   });
 }
 
-void nm_gemm_bf16_pack_masked_into(ConstMatrixViewF a, const BitMask& mask, NmPattern p,
-                                   NmGemmBf16Operand& dst) {
-  NMS_CHECK(nm_gemm_bf16_supports(p), "nm_gemm_bf16: pattern ", p.to_string(),
-            " is not supported (m must divide 32: 1:2, 2:4, 4:8, 8:16, 16:32, ...)");
-  NMS_CHECK(mask.rows() == a.rows() && mask.cols() == a.cols(), "mask shape (", mask.rows(), " x ",
-            mask.cols(), ") differs from the matrix (", a.rows(), " x ", a.cols(), ")");
-  NMS_CHECK(a.cols() % p.m == 0, "m (", p.m, ") does not divide the grouped axis (", a.cols(), ")");
-  const NmGemmBf16Layout lay(a.rows(), a.cols(), p.n, p.m);
-  dst.rows = a.rows();
-  dst.depth = a.cols();
+namespace {
+
+// The checks of the masked packers (pattern, mask shape, m dividing the depth) and dst labelled
+// and sized for a [rows, depth] operand whose every word the packer then writes.
+NmGemmBf16Layout prepare_masked(int64_t rows, int64_t depth, const BitMask& mask, NmPattern p,
+                                const char* what, NmGemmBf16Operand& dst) {
+  detail::check_bf16_pattern(p, "nm_gemm_bf16");
+  NMS_CHECK(mask.rows() == rows && mask.cols() == depth, "mask shape (", mask.rows(), " x ",
+            mask.cols(), ") differs from the ", what, " (", rows, " x ", depth, ")");
+  NMS_CHECK(depth % p.m == 0, "m (", p.m, ") does not divide the grouped axis (", depth, ")");
+  const NmGemmBf16Layout lay(rows, depth, p.n, p.m);
+  dst.rows = rows;
+  dst.depth = depth;
   dst.pattern = p;
-  if (dst.values.size() != lay.total()) {  // every word is written below
+  if (dst.values.size() != lay.total()) {
     dst.values.resize_for_overwrite(lay.total());
     dst.index.resize_for_overwrite(lay.total());
   }
+  return lay;
+}
+
+}  // namespace
+
+void nm_gemm_bf16_pack_masked_into(ConstMatrixViewF a, const BitMask& mask, NmPattern p,
+                                   NmGemmBf16Operand& dst) {
+  const NmGemmBf16Layout lay = prepare_masked(a.rows(), a.cols(), mask, p, "matrix", dst);
   const detail::NmGemmBf16PackArgs args{a.data(),
                                         a.ld(),
                                         a.rows(),
@@ -262,20 +277,8 @@ void nm_gemm_bf16_pack_masked_transposed_into(ConstMatrixViewF w, std::span<cons
     // pack_t_bf16_copy_ms); stages of 8 and 32 row blocks measured 0.74x and 0.78x of the copy
     // route, 16 blocks 0.73x. (A 32-column strip of W by all its rows, staged through registers
     // instead, took 21 ms: each strip walks every row, a 4 KB page apiece.)
-    NMS_CHECK(nm_gemm_bf16_supports(p), "nm_gemm_bf16: pattern ", p.to_string(),
-              " is not supported (m must divide 32: 1:2, 2:4, 4:8, 8:16, 16:32, ...)");
-    NMS_CHECK(mask_t.rows() == w.cols() && mask_t.cols() == depth, "mask shape (", mask_t.rows(),
-              " x ", mask_t.cols(), ") differs from the transposed matrix (", w.cols(), " x ",
-              depth, ")");
-    NMS_CHECK(depth % p.m == 0, "m (", p.m, ") does not divide the grouped axis (", depth, ")");
-    const NmGemmBf16Layout lay(w.cols(), depth, p.n, p.m);
-    dst.rows = w.cols();
-    dst.depth = depth;
-    dst.pattern = p;
-    if (dst.values.size() != lay.total()) {  // every word is written below
-      dst.values.resize_for_overwrite(lay.total());
-      dst.index.resize_for_overwrite(lay.total());
-    }
+    const NmGemmBf16Layout lay =
+        prepare_masked(w.cols(), depth, mask_t, p, "transposed matrix", dst);
     const detail::NmGemmBf16PackArgs args{nullptr,
                                           0,
                                           w.cols(),

@@ -87,6 +87,10 @@ bool nm_gemm_bf16_pack_m4_avx512(const NmGemmBf16PackArgs& p, int64_t b);
 bool nm_gemm_bf16_pack_m4_staged_avx512(const NmGemmBf16PackArgs& p, int64_t b, int64_t c,
                                         const float* stage, int64_t stage_row0);
 
+// Throws nms::Error "<what>: pattern N:M is not supported (m must divide 32 ...)" unless
+// nm_gemm_bf16_supports(p).
+void check_bf16_pattern(NmPattern p, const char* what);
+
 // dst sized and labelled for a [rows, depth] operand of pattern p, its words zero-filled when its
 // layout changes and kept otherwise: writers fill every real slot and leave the padding (rows
 // past `rows`, an odd slot count's partner, pairs of a partial last chunk past its slots) as it

@@ -38,8 +38,7 @@ float start_term(const NmWgradDecay* decay, int64_t o, int64_t i) {
 
 void validate(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw,
               const NmWgradDecay* decay) {
-  NMS_CHECK(nm_gemm_bf16_supports(dy.pattern), "nm_wgrad_bf16: pattern ", dy.pattern.to_string(),
-            " is not supported (m must divide 32: 1:2, 2:4, 4:8, 8:16, 16:32, ...)");
+  detail::check_bf16_pattern(dy.pattern, "nm_wgrad_bf16");
   const std::string error = nm_wgrad_check(dy, x, dw, decay);
   NMS_CHECK(error.empty(), error);
 }
@@ -159,9 +158,7 @@ void nm_wgrad_bf16_pruned(ConstMatrixViewF dy, const GradPruneOptions& prune, Co
   NMS_CHECK(prune.axis == NmAxis::kCols,
             "nm_wgrad_bf16_pruned: dY must be pruned along tokens (axis cols), got axis ",
             axis_name(prune.axis));
-  NMS_CHECK(nm_gemm_bf16_supports(prune.pattern), "nm_wgrad_bf16: pattern ",
-            prune.pattern.to_string(),
-            " is not supported (m must divide 32: 1:2, 2:4, 4:8, 8:16, 16:32, ...)");
+  detail::check_bf16_pattern(prune.pattern, "nm_wgrad_bf16");
   NmWgradBf16Workspace local;
   NmWgradBf16Workspace& w = ws != nullptr ? *ws : local;
   if (nm_gemm_bf16_kernel_active() && dy.rows() > 0 && dy.cols() > 0 && x.cols() > 0 &&
