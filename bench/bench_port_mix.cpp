@@ -105,6 +105,36 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) double dpbf16_permute_fed
   return lane_sum(total);
 }
 
+// A 32-column chunk (what a 16:32 group spans) in the permute kernel's form: each FMA fed by a
+// two-source vpermi2ps of the chunk's two X vectors, its index reloaded per permute (the
+// instruction overwrites it; a register copy of it instead ran at 1.85 G/s). On Zen 4 the pair ran
+// at 1.9-2.0 G/s against 2.7 G/s for vpermps + FMA (docs/performance.md: why 16:32 stays on the
+// broadcast kernel).
+__attribute__((target("avx512f"))) double permute2_fed(const float* buffer) {
+  __m512 acc[12];
+  for (auto& a : acc) a = _mm512_setzero_ps();
+  const __m512 w = _mm512_set1_ps(1e-7f);
+  for (int64_t it = 0; it < kIterations; ++it) {
+    const float* row = buffer + (it & 31) * 16;
+    __asm__("" : "+r"(row));
+    const __m512 lo = _mm512_load_ps(row + 4096);
+    const __m512 hi = _mm512_load_ps(row + 4096 + 16);
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) {
+      __m512 p;
+      // The index from memory each time (the permute replaces it), as the kernel would load it.
+      __asm__ volatile(
+          "vmovdqa32 %c[off](%[idx]), %[p]\n\tvpermi2ps %[hi], %[lo], %[p]"
+          : [p] "=&v"(p)
+          : [idx] "r"(row + 2048), [off] "i"(64 * (i % 4)), [lo] "v"(lo), [hi] "v"(hi));
+      acc[i] = _mm512_fmadd_ps(w, p, acc[i]);
+    }
+  }
+  __m512 total = _mm512_setzero_ps();
+  for (int i = 0; i < 12; ++i) total = _mm512_add_ps(total, acc[i]);
+  return lane_sum(total);
+}
+
 bool have_avx512() {
   return __builtin_cpu_supports("avx512f");
 }
@@ -133,6 +163,10 @@ void BM_FmaRegisters(benchmark::State& state) {
       state, [](const float*) { return fma_registers(); }, 12);
 }
 
+void BM_FmaPermute2Fed(benchmark::State& state) {
+  run(state, permute2_fed, 12);
+}
+
 void BM_Bf16PermuteFed(benchmark::State& state) {
   if (!__builtin_cpu_supports("avx512bf16")) {
     state.SkipWithError("needs AVX512_BF16");
@@ -144,6 +178,7 @@ void BM_Bf16PermuteFed(benchmark::State& state) {
 BENCHMARK(BM_FmaRegisters);
 BENCHMARK(BM_FmaMix<24, 0>)->Name("BM_FmaLoadFed");
 BENCHMARK(BM_FmaMix<0, 12>)->Name("BM_FmaPermuteFed");
+BENCHMARK(BM_FmaPermute2Fed);
 BENCHMARK(BM_FmaMix<16, 4>)->Name("BM_FmaMix/loads16/permutes4");
 BENCHMARK(BM_FmaMix<16, 8>)->Name("BM_FmaMix/loads16/permutes8");
 BENCHMARK(BM_FmaMix<12, 12>)->Name("BM_FmaMix/loads12/permutes12");

@@ -73,6 +73,7 @@ void mark_shared_tiles(NmGemmOperand& a) {
 }  // namespace detail
 
 void detail::nm_gemm_pack_entries_into(const CompressedNm& c, NmGemmOperand& dst) {
+  dst.lane_mask = BitMask();  // lanes built from these entries are not a masked pack's
   c.pattern.validate();
   const int64_t r_count = c.value_rows();
   const int64_t k = c.axis_length();

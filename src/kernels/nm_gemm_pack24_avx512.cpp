@@ -110,9 +110,9 @@ bool nm_gemm_pack_lanes24x8_avx512(const float* const rows[8], const uint64_t* c
     __m256 values[8];
     __m256 lanes[8];
     for (int l = 0; l < 8; ++l) {
+      lanes[l] = _mm256_setzero_ps();
       if (rows[l] == nullptr) {  // a padding row: value 0, lane 0
         values[l] = _mm256_setzero_ps();
-        lanes[l] = _mm256_setzero_ps();
         continue;
       }
       const auto bits = static_cast<uint32_t>((mask_rows[l][col >> 6] >> (col & 63)) & present);
@@ -123,18 +123,19 @@ bool nm_gemm_pack_lanes24x8_avx512(const float* const rows[8], const uint64_t* c
       const auto pack = static_cast<__mmask16>(packs);
       values[l] = _mm512_castps512_ps256(_mm512_maskz_compress_ps(
           pack, _mm512_maskz_loadu_ps(static_cast<__mmask16>(bits), rows[l] + (col - origin))));
-      lanes[l] =
-          _mm256_castsi256_ps(_mm512_castsi512_si256(_mm512_maskz_compress_epi32(pack, iota)));
+      if (stage_lanes != nullptr) {
+        lanes[l] =
+            _mm256_castsi256_ps(_mm512_castsi512_si256(_mm512_maskz_compress_epi32(pack, iota)));
+      }
     }
     // Slot s of the 8 rows is then one 32-byte store (l0 is a multiple of 8).
     transpose8x8(values);
-    transpose8x8(lanes);
     float* v = stage_values + (c - c_begin) * 8 * 32 + l0;
+    for (int s = 0; s < 8; ++s) _mm256_store_ps(v + s * 32, values[s]);
+    if (stage_lanes == nullptr) continue;
+    transpose8x8(lanes);
     auto* x = reinterpret_cast<float*>(stage_lanes + (c - c_begin) * 8 * 32 + l0);
-    for (int s = 0; s < 8; ++s) {
-      _mm256_store_ps(v + s * 32, values[s]);
-      _mm256_store_ps(x + s * 32, lanes[s]);
-    }
+    for (int s = 0; s < 8; ++s) _mm256_store_ps(x + s * 32, lanes[s]);
   }
   return true;
 }

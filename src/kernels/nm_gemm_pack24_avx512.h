@@ -28,7 +28,8 @@ bool nm_gemm_pack_run24_avx512(const float* const rows[kNmGemmTileRows],
 // read) and mask_rows[k] at the row's mask words (absolute columns); a null row is a padding row
 // (values 0, lanes 0). Per chunk the eight rows' compressed slots are transposed in registers (8 x
 // 8, values and lanes), so each slot is one 32-byte store; two 8-element scatters per row and chunk
-// took 20.9 ms at 4096 x 4096 (entries form: 12.6 ms). Returns false, the stage partly written,
+// took 20.9 ms at 4096 x 4096 (entries form: 12.6 ms). stage_lanes null: the values only (a
+// repack from the mask the operand's lanes came from). Returns false, the stage partly written,
 // when a group keeps more than 2.
 bool nm_gemm_pack_lanes24x8_avx512(const float* const rows[8], const uint64_t* const mask_rows[8],
                                    int64_t c_begin, int64_t c_end, int64_t depth, int64_t origin,

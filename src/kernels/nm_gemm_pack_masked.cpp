@@ -251,8 +251,8 @@ constexpr int64_t kLaneStageChunks = 16;
 // The lane form's slots of chunks [c_begin, c_end) for rows [row0, row0 + 32) of A (one block;
 // rows from rows_end on are padding: value 0, lane 0) into the stage: slot s of chunk c, row l at
 // stage[((c - c_begin) · per_chunk + s) · 32 + l], values and in-chunk lanes. row_at(r) points at
-// column c_begin · 16 of row r < rows_end; the mask's words are A's (absolute columns). Returns
-// false at an over-full group, the stage partly written.
+// column c_begin · 16 of row r < rows_end; the mask's words are A's (absolute columns). stage_x
+// null: the values only. Returns false at an over-full group, the stage partly written.
 template <int kN, int kM, class RowAt>
 bool stage_lane_chunks(RowAt&& row_at, const BitMask& mask, int64_t row0, int64_t rows_end,
                        int64_t depth, int n, int m, int64_t c_begin, int64_t c_end,
@@ -287,7 +287,8 @@ bool stage_lane_chunks(RowAt&& row_at, const BitMask& mask, int64_t row0, int64_
       const int64_t c0 = c * detail::kLaneChunk;
       const int cols = static_cast<int>(std::min<int64_t>(detail::kLaneChunk, depth - c0));
       float* v = stage_v + (c - c_begin) * per_chunk * detail::kLaneRows;
-      int32_t* x = stage_x + (c - c_begin) * per_chunk * detail::kLaneRows;
+      int32_t* x =
+          stage_x != nullptr ? stage_x + (c - c_begin) * per_chunk * detail::kLaneRows : nullptr;
       int64_t s = 0;
       if (row != nullptr) {
         const uint64_t bits = row_bits(mask.row_words(r), c0, cols);
@@ -297,7 +298,9 @@ bool stage_lane_chunks(RowAt&& row_at, const BitMask& mask, int64_t row0, int64_
               pack_group_row<kN, kM>(row + (c0 - origin) + lane0, (bits >> lane0) & group_mask, nn,
                                      [&](int j, float value, int in_group) {
                                        v[(s + j) * detail::kLaneRows + l] = value;
-                                       x[(s + j) * detail::kLaneRows + l] = lane0 + in_group;
+                                       if (x != nullptr) {
+                                         x[(s + j) * detail::kLaneRows + l] = lane0 + in_group;
+                                       }
                                      });
           if (!ok) return false;
         }
@@ -305,29 +308,32 @@ bool stage_lane_chunks(RowAt&& row_at, const BitMask& mask, int64_t row0, int64_
       // Padding rows, and a partial last chunk's slots past its groups (never read): 0, lane 0.
       for (; s < per_chunk; ++s) {
         v[s * detail::kLaneRows + l] = 0.0f;
-        x[s * detail::kLaneRows + l] = 0;
+        if (x != nullptr) x[s * detail::kLaneRows + l] = 0;
       }
     }
   }
   return true;
 }
 
-// Copies `count` staged slots (a multiple of 32) to the operand at `offset`.
+// Copies `count` staged slots (a multiple of 32) to the operand at `offset`: the values, and the
+// lanes unless `index` is null (a values-only repack).
 void copy_lane_stage(const float* stage_v, const int32_t* stage_x, int64_t count, float* values,
                      int32_t* index, int64_t offset, bool stream) {
   if (stream) {
     stream_copy(values + offset, stage_v, count);
-    stream_copy(reinterpret_cast<float*>(index + offset), reinterpret_cast<const float*>(stage_x),
-                count);
+    if (index != nullptr) {
+      stream_copy(reinterpret_cast<float*>(index + offset), reinterpret_cast<const float*>(stage_x),
+                  count);
+    }
   } else {
     std::memcpy(values + offset, stage_v, count * sizeof(float));
-    std::memcpy(index + offset, stage_x, count * sizeof(int32_t));
+    if (index != nullptr) std::memcpy(index + offset, stage_x, count * sizeof(int32_t));
   }
 }
 
 // The permute kernel's lane form of rows [32 b, 32 b + 32) (nm_gemm_lanes_layout.h), staged
-// kLaneStageChunks chunks at a time and copied out (streamed when `stream`). An over-full group
-// sets `failed` and ends the block.
+// kLaneStageChunks chunks at a time and copied out (streamed when `stream`); the values only when
+// `index` is null. An over-full group sets `failed` and ends the block.
 template <int kN, int kM>
 void pack_lane_block(ConstMatrixViewF a, const BitMask& mask, int n, int m,
                      const detail::NmGemmLaneLayout& lanes, float* values, int32_t* index,
@@ -339,7 +345,8 @@ void pack_lane_block(ConstMatrixViewF a, const BitMask& mask, int n, int m,
     const int64_t c_end = std::min(lanes.chunks, c_begin + kLaneStageChunks);
     const auto row_at = [&](int64_t r) { return a.row(r) + c_begin * detail::kLaneChunk; };
     if (!stage_lane_chunks<kN, kM>(row_at, mask, b * detail::kLaneRows, a.rows(), a.cols(), n, m,
-                                   c_begin, c_end, lanes.slots_per_chunk, stage_v, stage_x)) {
+                                   c_begin, c_end, lanes.slots_per_chunk, stage_v,
+                                   index != nullptr ? stage_x : nullptr)) {
       failed.store(true, std::memory_order_relaxed);
       return;
     }
@@ -497,7 +504,8 @@ void pack_lane_transposed_item(ConstMatrixViewF w, std::span<const int64_t> orde
   const int64_t count = lanes.slots_per_chunk * detail::kLaneRows;
   for (int64_t b = b0; b < b1; ++b) {
     if (!stage_lane_chunks<kN, kM>(row_at, mask_t, b * detail::kLaneRows, lanes.rows, lanes.depth,
-                                   n, m, c, c + 1, lanes.slots_per_chunk, stage_v, stage_x)) {
+                                   n, m, c, c + 1, lanes.slots_per_chunk, stage_v,
+                                   index != nullptr ? stage_x : nullptr)) {
       failed.store(true, std::memory_order_relaxed);
       return;
     }
@@ -528,22 +536,40 @@ void set_shape(NmGemmOperand& dst, int64_t rows, int64_t depth, NmPattern patter
 // came from the entries in a second pass that read them back from memory (37 ms more per training
 // step of the 4096 MLP, and 64 MB more per operand). `pack_items` items of
 // pack_item(kn, km, item, values, index, stream, failed).
+// Whether dst holds the lane form of this shape and pattern packed from `mask` (its lane indices
+// then stand as they are).
+bool lanes_current(const NmGemmOperand& dst, const BitMask& mask, NmPattern pattern,
+                   const detail::NmGemmLaneLayout& lanes) {
+  return dst.rows == lanes.rows && dst.depth == lanes.depth && dst.pattern == pattern &&
+         dst.packed.empty() && dst.lane_values.size() == lanes.total() &&
+         dst.lane_index.size() == lanes.total() && dst.lane_mask == mask;
+}
+
+// The lane form of dst from `mask`: the values only when the lanes are current, else both, and
+// then dst.lane_mask = mask. `pack_items` items of pack_item(kn, km, item, values, index, stream,
+// failed); index null for the values only.
 template <class PackItem>
 void pack_lanes(const BitMask& mask, NmPattern pattern, const detail::NmGemmLaneLayout& lanes,
                 int64_t pack_items, NmGemmOperand& dst, PackItem&& pack_item) {
+  const bool values_only = lanes_current(dst, mask, pattern, lanes);
   set_shape(dst, lanes.rows, lanes.depth, pattern);
   const bool stream = lanes.total() >= kStreamFloats;  // as the entries form
   if (dst.lane_values.size() != lanes.total()) {
     dst.lane_values.resize_for_overwrite(lanes.total());
     dst.lane_index.resize_for_overwrite(lanes.total());
   }
+  if (!values_only) dst.lane_mask = mask;  // copied into its storage; forgotten on a failure
+  int32_t* const index = values_only ? nullptr : dst.lane_index.data();
   std::atomic<bool> failed{false};
   with_pattern(pattern, [&](auto kn, auto km) {
     detail::parallel_for(pack_items, [&](int64_t item) {
-      pack_item(kn, km, item, dst.lane_values.data(), dst.lane_index.data(), stream, failed);
+      pack_item(kn, km, item, dst.lane_values.data(), index, stream, failed);
     });
   });
-  if (failed.load()) throw_first_overfull_group(mask, pattern.n, pattern.m);
+  if (failed.load()) {
+    dst.lane_mask = BitMask();
+    throw_first_overfull_group(mask, pattern.n, pattern.m);
+  }
   dst.packed = AlignedBuffer<float>();
   dst.shared = AlignedBuffer<uint8_t>();
 }
@@ -568,6 +594,7 @@ void pack_entries(const BitMask& mask, NmPattern pattern, const detail::NmGemmLa
   detail::mark_shared_tiles(dst);
   dst.lane_values = AlignedBuffer<float>();
   dst.lane_index = AlignedBuffer<int32_t>();
+  dst.lane_mask = BitMask();
 }
 
 }  // namespace
@@ -577,8 +604,9 @@ void nm_gemm_pack_masked_into(ConstMatrixViewF a, const BitMask& mask, NmPattern
   check_packable(a.rows(), a.cols(), mask, pattern, "matrix");
   const detail::NmGemmLayout lay(a.rows(), a.cols(), pattern.n, pattern.m,
                                  detail::nm_gemm_depth_block(pattern.m));
-  if (detail::nm_gemm_lanes_for(pattern) && !tiles_share_columns(mask, lay)) {
-    const detail::NmGemmLaneLayout lanes(a.rows(), a.cols(), pattern.n, pattern.m);
+  const detail::NmGemmLaneLayout lanes(a.rows(), a.cols(), pattern.n, pattern.m);
+  if (detail::nm_gemm_lanes_for(pattern) &&
+      (lanes_current(dst, mask, pattern, lanes) || !tiles_share_columns(mask, lay))) {
     pack_lanes(mask, pattern, lanes, lanes.blocks, dst,
                [&](auto kn, auto km, int64_t b, float* values, int32_t* index, bool stream,
                    std::atomic<bool>& failed) {
@@ -638,8 +666,9 @@ void nm_gemm_pack_masked_transposed_into(ConstMatrixViewF w, std::span<const int
   check_packable(w.cols(), depth, mask_t, pattern, "transposed matrix");
   const detail::NmGemmLayout lay(w.cols(), depth, pattern.n, pattern.m,
                                  detail::nm_gemm_depth_block(pattern.m));
-  if (detail::nm_gemm_lanes_for(pattern) && !tiles_share_columns(mask_t, lay)) {
-    const detail::NmGemmLaneLayout lanes(w.cols(), depth, pattern.n, pattern.m);
+  const detail::NmGemmLaneLayout lanes(w.cols(), depth, pattern.n, pattern.m);
+  if (detail::nm_gemm_lanes_for(pattern) &&
+      (lanes_current(dst, mask_t, pattern, lanes) || !tiles_share_columns(mask_t, lay))) {
     const int64_t segments = (lanes.blocks + kLaneSegmentBlocks - 1) / kLaneSegmentBlocks;
     const Isa isa = isa_active();
     pack_lanes(mask_t, pattern, lanes, lanes.chunks * segments, dst,

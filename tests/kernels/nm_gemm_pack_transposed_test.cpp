@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
+#include <utility>
 #include <vector>
 
 #include "kernels/same_operand.h"
@@ -126,6 +127,50 @@ TEST(NmGemmPackTransposed, OrderSelectsAndRepeatsRows) {
     for (int64_t k = 0; k < 36; ++k) s.order.push_back((k * 11 + 5) % 40);
     s.order[7] = s.order[3];
     expect_equals_transpose_then_pack(s, mask_of_transposed(s, {2, 4}), {2, 4});
+  }
+}
+
+// The lanes of (P W)ᵀ depend on mask_t alone: a repack from the same mask_t rewrites the values
+// only, whatever W and the order; another mask_t packs both. Each result equals a fresh pack.
+TEST(NmGemmPackTransposed, RepackFromTheSameMaskRewritesTheValues) {
+  uint64_t seed = 300;
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    if (isa > isa_supported()) continue;
+    ScopedIsa scoped(isa);
+    for (NmGemmKernel kernel : {NmGemmKernel::kBroadcast, NmGemmKernel::kPermute}) {
+      ScopedNmGemmKernel scoped_kernel(kernel);
+      for (NmPattern p : {NmPattern{2, 4}, NmPattern{4, 8}}) {
+        for (auto [groups, cols] : {std::pair<int64_t, int64_t>{1, 5}, {37, 33}, {70, 100}}) {
+          SCOPED_TRACE(::testing::Message()
+                       << isa_name(isa) << " " << nm_gemm_kernel_name(kernel) << " "
+                       << p.to_string() << " K " << groups * p.m << " C " << cols);
+          const Source s1 = make_source(groups * p.m, cols, false, seed++);
+          const Source s2 = make_source(groups * p.m, cols, true, seed++);
+          const BitMask mask_t = mask_of_transposed(s1, p);
+          const auto fresh = [&](const Source& s, const BitMask& m) {
+            NmGemmOperand op;
+            nm_gemm_pack_masked_transposed_into(s.view, s.order, m, p, op);
+            return op;
+          };
+          NmGemmOperand op;
+          nm_gemm_pack_masked_transposed_into(s1.view, s1.order, mask_t, p, op);
+          const bool lanes = !op.lane_values.empty();
+          EXPECT_EQ(op.lane_mask, lanes ? mask_t : BitMask());
+          // Another W and order, the same mask_t: the values only (the lanes poisoned to show it).
+          if (lanes) std::fill_n(op.lane_index.data(), op.lane_index.size(), 99);
+          nm_gemm_pack_masked_transposed_into(s2.view, s2.order, mask_t, p, op);
+          testing::expect_same_buffer(op.lane_values, fresh(s2, mask_t).lane_values, "values");
+          if (lanes) {
+            EXPECT_EQ(op.lane_index.data()[0], 99);
+          }
+          BitMask other = mask_t;  // row 0's first group emptied, or keeping column 0
+          for (int64_t c = 0; c < p.m; ++c) other.set(0, c, false);
+          if (other == mask_t) other.set(0, 0);
+          nm_gemm_pack_masked_transposed_into(s2.view, s2.order, other, p, op);
+          testing::expect_same_operand(op, fresh(s2, other));
+        }
+      }
+    }
   }
 }
 

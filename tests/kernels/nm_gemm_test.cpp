@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/gemm_case.h"
@@ -519,6 +520,97 @@ TEST(NmGemmPackMasked, TwoOfFourRunsAtEveryLevel) {
       }
     }
   }
+}
+
+// A repack from the mask the lane form came from rewrites the values only (the lanes depend on
+// the mask alone: NmGemmOperand::lane_mask); any other mask, a failed pack or a pack from a
+// compression packs both again. Each result equals a fresh pack of the same matrix and mask, at
+// every level and kernel, on lane-block and chunk edges, and on the streamed (>= 8 MB) path.
+TEST(NmGemmPackMasked, RepackFromTheSameMaskRewritesTheValues) {
+  uint64_t seed = 700;
+  const auto thinned_mask = [](const Matrix& a, NmPattern p, int64_t every) {
+    BitMask mask = mask_nm_magnitude(a.view(), p);
+    for (int64_t r = 0; r < mask.rows(); r += every) mask.set(r, 0, false);
+    return mask;
+  };
+  const auto fresh = [](const Matrix& a, const BitMask& mask, NmPattern p) {
+    NmGemmOperand op;
+    nm_gemm_pack_masked_into(a.view(), mask, p, op);
+    return op;
+  };
+  // The mask with row 0's first group emptied (or, if it was empty, keeping column 0): another.
+  const auto changed = [](const BitMask& mask, NmPattern p) {
+    BitMask other = mask;
+    for (int64_t c = 0; c < p.m; ++c) other.set(0, c, false);
+    if (other == mask) other.set(0, 0);
+    return other;
+  };
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    if (isa > isa_supported()) continue;
+    ScopedIsa scoped(isa);
+    for (NmGemmKernel kernel : {NmGemmKernel::kBroadcast, NmGemmKernel::kPermute}) {
+      ScopedNmGemmKernel scoped_kernel(kernel);
+      for (NmPattern p : {NmPattern{2, 4}, NmPattern{1, 4}, NmPattern{4, 8}, NmPattern{3, 7}}) {
+        for (auto [rows, groups] :
+             {std::pair<int64_t, int64_t>{1, 1}, {33, 5}, {70, 37}, {1031, 520}}) {
+          if (rows == 1031 && p != NmPattern{2, 4}) continue;
+          SCOPED_TRACE(::testing::Message()
+                       << isa_name(isa) << " " << nm_gemm_kernel_name(kernel) << " "
+                       << p.to_string() << " " << rows << " x " << groups * p.m);
+          const Matrix a1 = testing::random_matrix(rows, groups * p.m, seed++);
+          const Matrix a2 = testing::random_matrix(rows, groups * p.m, seed++);
+          const BitMask mask = thinned_mask(a1, p, 3);
+          NmGemmOperand op;
+          nm_gemm_pack_masked_into(a1.view(), mask, p, op);
+          const bool lanes = !op.lane_values.empty();
+          EXPECT_EQ(op.lane_mask, lanes ? mask : BitMask());
+          // The same mask, new values: the lanes stay as they are (poisoned here to show it).
+          if (lanes) std::fill_n(op.lane_index.data(), op.lane_index.size(), 99);
+          nm_gemm_pack_masked_into(a2.view(), mask, p, op);
+          testing::expect_same_buffer(op.lane_values, fresh(a2, mask, p).lane_values, "values");
+          if (lanes) {
+            EXPECT_EQ(op.lane_index.data()[0], 99);
+          }
+          // Another mask: both again.
+          const BitMask other = changed(mask, p);
+          nm_gemm_pack_masked_into(a2.view(), other, p, op);
+          testing::expect_same_operand(op, fresh(a2, other, p));
+          EXPECT_EQ(op.lane_mask, lanes ? other : BitMask());
+          // A pack from a compression, then the masked pack again: no stale lanes.
+          nm_gemm_pack_into(nm_compress_masked(a1.view(), mask, p), op);
+          EXPECT_EQ(op.lane_mask, BitMask());
+          nm_gemm_pack_masked_into(a2.view(), other, p, op);
+          testing::expect_same_operand(op, fresh(a2, other, p));
+        }
+      }
+    }
+  }
+}
+
+// A failed pack (a group keeping more than n) leaves no lane mask behind: the next pack from the
+// previous mask packs both again.
+TEST(NmGemmPackMasked, FailedPackForgetsTheLaneMask) {
+  if (isa_supported() < Isa::kAvx512) GTEST_SKIP() << "the lane form is packed at AVX-512 only";
+  ScopedIsa scoped(Isa::kAvx512);
+  ScopedNmGemmKernel kernel(NmGemmKernel::kPermute);
+  const Matrix a1 = testing::random_matrix(40, 64, 1);
+  const Matrix a2 = testing::random_matrix(40, 64, 2);
+  const BitMask mask = mask_nm_magnitude(a1.view(), {2, 4});
+  NmGemmOperand op;
+  nm_gemm_pack_masked_into(a1.view(), mask, {2, 4}, op);
+  ASSERT_EQ(op.lane_mask, mask);
+  BitMask overfull = mask;
+  for (int64_t c = 0; c < 3; ++c) overfull.set(39, 60 + c);
+  testing::expect_error(
+      [&] {
+        nm_gemm_pack_masked_into(a1.view(), overfull, {2, 4}, op);
+      },
+      "keeps 3 > n (2)");
+  EXPECT_EQ(op.lane_mask, BitMask());
+  nm_gemm_pack_masked_into(a2.view(), mask, {2, 4}, op);
+  NmGemmOperand want;
+  nm_gemm_pack_masked_into(a2.view(), mask, {2, 4}, want);
+  testing::expect_same_operand(op, want);
 }
 
 TEST(NmGemmPackMasked, Errors) {

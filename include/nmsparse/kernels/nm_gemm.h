@@ -107,6 +107,11 @@ struct NmGemmOperand {
   // kept slot, 32 values and 32 in-chunk column indices. Empty when the operand has the entries.
   AlignedBuffer<float> lane_values;
   AlignedBuffer<int32_t> lane_index;
+  // The mask the lane form was packed from by nm_gemm_pack_masked_into or
+  // nm_gemm_pack_masked_transposed_into (its mask_t); empty otherwise. Lane indices depend on the
+  // mask alone, so a later pack from an equal mask (a transposable layer's held mask, step after
+  // step) rewrites the values only.
+  BitMask lane_mask;
 };
 
 // The AVX-512 micro-kernel of nm_gemm (see above).
@@ -143,7 +148,9 @@ void nm_gemm_pack_into(const CompressedNm& compressed, NmGemmOperand& dst);
 // The same operand straight from dense A [R, K] (any ld) and an N:M mask along K, without the
 // compressed intermediate: nm_gemm_pack(nm_compress_masked(a, mask, pattern)) entry for entry,
 // in one pass (the training layers' per-step packing of W and (P W)ᵀ). Throws when a group keeps
-// more than n, naming it (dst is then unspecified).
+// more than n, naming it (dst is then unspecified). When dst holds the lane form packed from an
+// equal mask (NmGemmOperand::lane_mask; the comparison reads the 2 MB of a 4096 x 4096 mask), only
+// the values are rewritten: 9.0 -> 7.8 ms at 4096 x 4096 2:4, one thread, Zen 4.
 void nm_gemm_pack_masked_into(ConstMatrixViewF a, const BitMask& mask, NmPattern pattern,
                               NmGemmOperand& dst);
 
