@@ -9,6 +9,7 @@
 #include <benchmark/benchmark.h>
 
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "nmsparse/core/aligned_buffer.h"
@@ -100,18 +101,30 @@ void BM_PackReuse(benchmark::State& state) {
   set_bytes(state, w);
 }
 
+// Two masks that differ in one group (row 0's first), so that packing them in turn packs the
+// lanes each time: a mask that changes every step (Bi-Mask, SR-STE).
+std::pair<BitMask, BitMask> mask_pair(const Matrix& a, NmPattern p) {
+  BitMask first = mask_nm_magnitude(a.view(), p);
+  BitMask second = first;
+  for (int64_t c = 0; c < p.m; ++c) second.set(0, c, !first.get(0, c) && c < p.n);
+  return {std::move(first), std::move(second)};
+}
+
 // nm_gemm's operand straight from W and its mask, in the form of each kernel (arg 1: 0 broadcast
-// entries, 1 permute lanes): the training layers' per-step packing of W.
+// entries, 1 permute lanes): the training layers' per-step packing of W. Arg 2: 0 a new mask each
+// time, 1 the same mask (a transposable layer's held mask: the lane form rewrites its values only).
 void BM_NmGemmPackMasked(benchmark::State& state) {
   set_num_threads(1);
   const NmPattern p{2, 4};
   const Matrix w = random_matrix(state.range(0), state.range(0));
-  const BitMask mask = mask_nm_magnitude(w.view(), p);
+  const auto [mask, other] = mask_pair(w, p);
   ScopedNmGemmKernel kernel(state.range(1) == 1 ? NmGemmKernel::kPermute
                                                 : NmGemmKernel::kBroadcast);
+  const bool held = state.range(2) == 1;
   NmGemmOperand op;
+  int64_t call = 0;
   for (auto _ : state) {
-    nm_gemm_pack_masked_into(w.view(), mask, p, op);
+    nm_gemm_pack_masked_into(w.view(), held || call++ % 2 == 0 ? mask : other, p, op);
     benchmark::DoNotOptimize(op.lane_values.data());
     benchmark::DoNotOptimize(op.packed.data());
   }
@@ -120,7 +133,8 @@ void BM_NmGemmPackMasked(benchmark::State& state) {
 
 // The backward-data operand (P W)ᵀ each step (arg 1: 0 transpose_into then pack, 1 packed from W
 // through the register-transposed stage; arg 2: 1 with a row permutation, as Bi-Mask; arg 3: the
-// form, 0 the broadcast kernel's entries, 1 the permute kernel's lanes).
+// form, 0 the broadcast kernel's entries, 1 the permute kernel's lanes; arg 4: 1 the same mask
+// each time, 0 two masks in turn).
 void BM_NmGemmPackTransposed(benchmark::State& state) {
   set_num_threads(1);
   const NmPattern p{2, 4};
@@ -132,16 +146,19 @@ void BM_NmGemmPackTransposed(benchmark::State& state) {
   }
   Matrix t(k, k);
   transpose_into(w.view(), t.view(), order);
-  const BitMask mask_t = mask_nm_magnitude(t.view(), p);
+  const auto [mask_t, other_t] = mask_pair(t, p);
   ScopedNmGemmKernel kernel(state.range(3) == 0 ? NmGemmKernel::kBroadcast
                                                 : NmGemmKernel::kPermute);
+  const bool held = state.range(4) == 1;
   NmGemmOperand op;
+  int64_t call = 0;
   for (auto _ : state) {
+    const BitMask& m = held || call++ % 2 == 0 ? mask_t : other_t;
     if (state.range(1) == 0) {
       transpose_into(w.view(), t.view(), order);
-      nm_gemm_pack_masked_into(t.view(), mask_t, p, op);
+      nm_gemm_pack_masked_into(t.view(), m, p, op);
     } else {
-      nm_gemm_pack_masked_transposed_into(w.view(), order, mask_t, p, op);
+      nm_gemm_pack_masked_transposed_into(w.view(), order, m, p, op);
     }
     benchmark::DoNotOptimize(op.packed.data());
     benchmark::DoNotOptimize(op.lane_values.data());
@@ -170,9 +187,11 @@ BENCHMARK(BM_MaskPack)->Apply(patterns)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_MaskPackReuse)->Apply(patterns)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_PackMaskedReuse)->Apply(patterns)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_PackReuse)->Apply(patterns)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_NmGemmPackMasked)->Args({4096, 0})->Args({4096, 1})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_NmGemmPackMasked)
+    ->ArgsProduct({{4096}, {0, 1}, {0, 1}})
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_NmGemmPackTransposed)
-    ->ArgsProduct({{4096}, {0, 1}, {0, 1}, {0, 1}})
+    ->ArgsProduct({{4096}, {0, 1}, {0, 1}, {0, 1}, {0, 1}})
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace
