@@ -2,6 +2,12 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstring>
+
+#include "nmsparse/core/isa.h"
+#if defined(NMS_HAVE_AVX512_KERNELS)
+#include "core/bit_mask_bytes_avx512.h"
+#endif
 
 namespace nms {
 
@@ -62,6 +68,64 @@ int64_t BitMask::count_tile(int64_t i0, int64_t j0, int64_t h, int64_t w) const 
   int64_t c = 0;
   for (int64_t i = i0; i < i0 + h; ++i) c += count_row_range(i, j0, w);
   return c;
+}
+
+void bit_mask_rows_to_bytes(const BitMask& mask, int64_t row_begin, int64_t row_end, uint8_t* out,
+                            int64_t ld) {
+  NMS_DCHECK(row_begin >= 0 && row_begin <= row_end && row_end <= mask.rows() && ld >= mask.cols());
+  const int64_t cols = mask.cols();
+#if defined(NMS_HAVE_AVX512_KERNELS)
+  if (isa_active() == Isa::kAvx512) {
+    for (int64_t i = row_begin; i < row_end; ++i) {
+      detail::mask_row_to_bytes_avx512(mask.row_words(i), cols, out + (i - row_begin) * ld);
+    }
+    return;
+  }
+#endif
+  for (int64_t i = row_begin; i < row_end; ++i) {
+    uint8_t* row = out + (i - row_begin) * ld;
+    const uint64_t* words = mask.row_words(i);
+    int64_t j = 0;
+    for (; j + 8 <= cols; j += 8) {
+      const uint64_t byte = (words[j >> 6] >> (j & 63)) & 0xFF;
+      // Spread the byte to all 8 bytes, keep bit i in byte i, then make each byte 0 or 1.
+      const uint64_t v = (byte * 0x0101010101010101ull) & 0x8040201008040201ull;
+      const uint64_t x = ((v + 0x7F7F7F7F7F7F7F7Full) & 0x8080808080808080ull) >> 7;
+      std::memcpy(row + j, &x, 8);
+    }
+    for (; j < cols; ++j) row[j] = mask.get(i, j) ? 1 : 0;
+  }
+}
+
+void bit_mask_rows_from_bytes(const uint8_t* in, int64_t ld, int64_t row_begin, int64_t row_end,
+                              BitMask& mask) {
+  NMS_DCHECK(row_begin >= 0 && row_begin <= row_end && row_end <= mask.rows() && ld >= mask.cols());
+  const int64_t cols = mask.cols();
+#if defined(NMS_HAVE_AVX512_KERNELS)
+  if (isa_active() == Isa::kAvx512) {
+    for (int64_t i = row_begin; i < row_end; ++i) {
+      detail::mask_row_from_bytes_avx512(in + (i - row_begin) * ld, cols, mask.row_words(i));
+    }
+    return;
+  }
+#endif
+  for (int64_t i = row_begin; i < row_end; ++i) {
+    const uint8_t* row = in + (i - row_begin) * ld;
+    uint64_t* words = mask.row_words(i);
+    std::fill_n(words, mask.words_per_row(), uint64_t{0});
+    int64_t j = 0;
+    for (; j + 8 <= cols; j += 8) {
+      uint64_t x;
+      std::memcpy(&x, row + j, 8);
+      // Any nonzero byte counts as set: its high bit after adding 0x7F, then moved to bit 0; the
+      // multiply gathers the 8 bits into the top byte (byte i -> bit 56 + i).
+      x = (((x & 0x7F7F7F7F7F7F7F7Full) + 0x7F7F7F7F7F7F7F7Full) | x) >> 7 & 0x0101010101010101ull;
+      words[j >> 6] |= ((x * 0x0102040810204080ull) >> 56) << (j & 63);
+    }
+    for (; j < cols; ++j) {
+      if (row[j] != 0) words[j >> 6] |= uint64_t{1} << (j & 63);
+    }
+  }
 }
 
 }  // namespace nms

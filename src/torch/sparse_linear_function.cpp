@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "nmsparse/core/bit_mask.h"
 #include "nmsparse/core/error.h"
 #include "nmsparse/format/compressed_nm.h"
 #include "nmsparse/grad/prune.h"
@@ -98,54 +99,24 @@ MatrixViewF mutable_view(const torch::Tensor& t) {
   return {t.data_ptr<float>(), t.size(0), t.size(1), t.stride(0)};
 }
 
-// uint8 mask buffer <-> BitMask, 8 bytes per 64-bit multiply: with byte i of x in {0, 1},
-// (x · 0x0102040810204080) >> 56 has bit i = byte i. ~1 ns per 8 weights, i.e. 2 ms for a
-// 4096 x 4096 layer (the bit-by-bit loop took ~30 ms, a tenth of that layer's dense step).
+// uint8 mask buffer <-> BitMask (bit_mask_rows_to_bytes / _from_bytes), rows split over
+// LibTorch's threads. (Bit by bit it took ~30 ms for a 4096 x 4096 layer, a tenth of that
+// layer's dense step.)
 BitMask bits_from_tensor(const torch::Tensor& mask) {
-  const int64_t rows = mask.size(0);
-  const int64_t cols = mask.size(1);
-  BitMask bits(rows, cols);
+  BitMask bits(mask.size(0), mask.size(1));
   const torch::Tensor c = mask.contiguous();
   const uint8_t* p = c.data_ptr<uint8_t>();
-  at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const uint8_t* row = p + i * cols;
-      uint64_t* words = bits.row_words(i);
-      int64_t j = 0;
-      for (; j + 8 <= cols; j += 8) {
-        uint64_t x;
-        std::memcpy(&x, row + j, 8);
-        // Any nonzero byte counts as kept: its high bit after adding 0x7F, then moved to bit 0.
-        x = (((x & 0x7F7F7F7F7F7F7F7Full) + 0x7F7F7F7F7F7F7F7Full) | x) >> 7 &
-            0x0101010101010101ull;
-        words[j >> 6] |= ((x * 0x0102040810204080ull) >> 56) << (j & 63);
-      }
-      for (; j < cols; ++j) {
-        if (row[j] != 0) words[j >> 6] |= uint64_t{1} << (j & 63);
-      }
-    }
+  at::parallel_for(0, bits.rows(), 64, [&](int64_t begin, int64_t end) {
+    bit_mask_rows_from_bytes(p + begin * bits.cols(), bits.cols(), begin, end, bits);
   });
   return bits;
 }
 
 void bits_to_tensor(const BitMask& bits, torch::Tensor& mask) {
   NMS_ASSERT(mask.is_contiguous() && mask.size(0) == bits.rows() && mask.size(1) == bits.cols());
-  const int64_t cols = bits.cols();
   uint8_t* p = mask.data_ptr<uint8_t>();
   at::parallel_for(0, bits.rows(), 64, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      uint8_t* row = p + i * cols;
-      const uint64_t* words = bits.row_words(i);
-      int64_t j = 0;
-      for (; j + 8 <= cols; j += 8) {
-        const uint64_t byte = (words[j >> 6] >> (j & 63)) & 0xFF;
-        // Spread the byte to all 8 bytes, keep bit i in byte i, then make each byte 0 or 1.
-        const uint64_t v = (byte * 0x0101010101010101ull) & 0x8040201008040201ull;
-        const uint64_t x = ((v + 0x7F7F7F7F7F7F7F7Full) & 0x8080808080808080ull) >> 7;
-        std::memcpy(row + j, &x, 8);
-      }
-      for (; j < cols; ++j) row[j] = bits.get(i, j) ? 1 : 0;
-    }
+    bit_mask_rows_to_bytes(bits, begin, end, p + begin * bits.cols(), bits.cols());
   });
 }
 
