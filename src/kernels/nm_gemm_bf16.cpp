@@ -44,8 +44,8 @@ void run_scalar(MatrixView<const T> x, const NmGemmBf16Operand& a, MatrixViewF y
   });
 }
 
-// Row block b of nm_gemm_bf16_pack_masked_into's operand, group by group; false when a group
-// keeps more than n.
+// Row block b of nm_gemm_bf16_pack_masked_into's operand, group by group (index null: the values
+// only); false when a group keeps more than n.
 bool pack_masked_block_scalar(ConstMatrixViewF a, const BitMask& mask, NmPattern p,
                               const NmGemmBf16Layout& lay, uint16_t* values, uint16_t* index,
                               int64_t b) {
@@ -56,7 +56,7 @@ bool pack_masked_block_scalar(ConstMatrixViewF a, const BitMask& mask, NmPattern
     const bool real = r < a.rows();
     for (int64_t c = 0; c < lay.chunks; ++c) {
       uint16_t* v = values + lay.offset(b, c, 0);
-      uint16_t* x = index + lay.offset(b, c, 0);
+      uint16_t* x = index != nullptr ? index + lay.offset(b, c, 0) : nullptr;
       const int64_t cols = std::min(kBf16Chunk, a.cols() - c * kBf16Chunk);
       // The chunk's 32 mask bits: half of a 64-bit word (chunks start at multiples of 32).
       const uint32_t bits =
@@ -73,13 +73,13 @@ bool pack_masked_block_scalar(ConstMatrixViewF a, const BitMask& mask, NmPattern
           const float value = (kept >> col) & 1u ? a(r, c * kBf16Chunk + g0 + col) : 0.0f;
           v[at] =
               value == 0.0f ? uint16_t{0} : detail::round_operand_bf16(value);  // -0 stored as +0
-          x[at] = static_cast<uint16_t>(g0 + col);
+          if (x != nullptr) x[at] = static_cast<uint16_t>(g0 + col);
         }
       }
       // Rows past R, an odd slot count's partner, pairs of a partial chunk past its slots.
       for (; s < 2 * lay.pairs_per_chunk; ++s) {
         v[NmGemmBf16Layout::word(s, l)] = 0;
-        x[NmGemmBf16Layout::word(s, l)] = 0;
+        if (x != nullptr) x[NmGemmBf16Layout::word(s, l)] = 0;
       }
     }
   }
@@ -186,6 +186,7 @@ NmGemmBf16Layout detail::nm_gemm_bf16_prepare(int64_t rows, int64_t depth, NmPat
     dst.values.resize(lay.total());
     dst.index.resize(lay.total());
   }
+  dst.index_mask = BitMask();  // not a masked pack's
   dst.rows = rows;
   dst.depth = depth;
   dst.pattern = p;
@@ -221,14 +222,19 @@ void detail::nm_gemm_bf16_pack_compressed(const CompressedNm& compressed, NmGemm
 namespace {
 
 // The checks of the masked packers (pattern, mask shape, m dividing the depth) and dst labelled
-// and sized for a [rows, depth] operand whose every word the packer then writes.
+// and sized for a [rows, depth] operand whose every word the packer then writes. *index is where
+// the packer writes the index words: null when dst holds them already, packed from an equal mask
+// (dst.index_mask; they depend on the mask alone), else dst.index after dst.index_mask = mask.
 NmGemmBf16Layout prepare_masked(int64_t rows, int64_t depth, const BitMask& mask, NmPattern p,
-                                const char* what, NmGemmBf16Operand& dst) {
+                                const char* what, NmGemmBf16Operand& dst, uint16_t** index) {
   detail::check_bf16_pattern(p, "nm_gemm_bf16");
   NMS_CHECK(mask.rows() == rows && mask.cols() == depth, "mask shape (", mask.rows(), " x ",
             mask.cols(), ") differs from the ", what, " (", rows, " x ", depth, ")");
   NMS_CHECK(depth % p.m == 0, "m (", p.m, ") does not divide the grouped axis (", depth, ")");
   const NmGemmBf16Layout lay(rows, depth, p.n, p.m);
+  const bool current = dst.rows == rows && dst.depth == depth && dst.pattern == p &&
+                       dst.values.size() == lay.total() && dst.index.size() == lay.total() &&
+                       dst.index_mask == mask;
   dst.rows = rows;
   dst.depth = depth;
   dst.pattern = p;
@@ -236,32 +242,34 @@ NmGemmBf16Layout prepare_masked(int64_t rows, int64_t depth, const BitMask& mask
     dst.values.resize_for_overwrite(lay.total());
     dst.index.resize_for_overwrite(lay.total());
   }
+  if (!current) dst.index_mask = mask;  // copied into its storage; forgotten on a failure
+  *index = current ? nullptr : dst.index.data();
   return lay;
+}
+
+// A failed masked pack: no index words to reuse, and the first over-full group named.
+void fail_masked_pack(const BitMask& mask, NmPattern p, NmGemmBf16Operand& dst) {
+  dst.index_mask = BitMask();
+  throw_first_overfull_group(mask, p);
 }
 
 }  // namespace
 
 void nm_gemm_bf16_pack_masked_into(ConstMatrixViewF a, const BitMask& mask, NmPattern p,
                                    NmGemmBf16Operand& dst) {
-  const NmGemmBf16Layout lay = prepare_masked(a.rows(), a.cols(), mask, p, "matrix", dst);
-  const detail::NmGemmBf16PackArgs args{a.data(),
-                                        a.ld(),
-                                        a.rows(),
-                                        a.cols(),
-                                        mask.row_words(0),
-                                        mask.words_per_row(),
-                                        p.n,
-                                        dst.values.data(),
-                                        dst.index.data()};
+  uint16_t* index = nullptr;
+  const NmGemmBf16Layout lay = prepare_masked(a.rows(), a.cols(), mask, p, "matrix", dst, &index);
+  const detail::NmGemmBf16PackArgs args{
+      a.data(),          a.ld(), a.rows(), a.cols(), mask.row_words(0), mask.words_per_row(), p.n,
+      dst.values.data(), index};
   const bool avx512 = p.m == 4 && nm_gemm_bf16_kernel_active();
   std::atomic<bool> overfull{false};
   detail::parallel_for(lay.blocks, [&](int64_t b) {
-    const bool ok =
-        avx512 ? detail::nm_gemm_bf16_pack_m4_avx512(args, b)
-               : pack_masked_block_scalar(a, mask, p, lay, dst.values.data(), dst.index.data(), b);
+    const bool ok = avx512 ? detail::nm_gemm_bf16_pack_m4_avx512(args, b)
+                           : pack_masked_block_scalar(a, mask, p, lay, dst.values.data(), index, b);
     if (!ok) overfull.store(true, std::memory_order_relaxed);
   });
-  if (overfull.load()) throw_first_overfull_group(mask, p);
+  if (overfull.load()) fail_masked_pack(mask, p, dst);
 }
 
 void nm_gemm_bf16_pack_masked_transposed_into(ConstMatrixViewF w, std::span<const int64_t> order,
@@ -277,17 +285,12 @@ void nm_gemm_bf16_pack_masked_transposed_into(ConstMatrixViewF w, std::span<cons
     // pack_t_bf16_copy_ms); stages of 8 and 32 row blocks measured 0.74x and 0.78x of the copy
     // route, 16 blocks 0.73x. (A 32-column strip of W by all its rows, staged through registers
     // instead, took 21 ms: each strip walks every row, a 4 KB page apiece.)
+    uint16_t* index = nullptr;
     const NmGemmBf16Layout lay =
-        prepare_masked(w.cols(), depth, mask_t, p, "transposed matrix", dst);
-    const detail::NmGemmBf16PackArgs args{nullptr,
-                                          0,
-                                          w.cols(),
-                                          depth,
-                                          mask_t.row_words(0),
-                                          mask_t.words_per_row(),
-                                          p.n,
-                                          dst.values.data(),
-                                          dst.index.data()};
+        prepare_masked(w.cols(), depth, mask_t, p, "transposed matrix", dst, &index);
+    const detail::NmGemmBf16PackArgs args{
+        nullptr,           0,    w.cols(), depth, mask_t.row_words(0), mask_t.words_per_row(), p.n,
+        dst.values.data(), index};
     constexpr int64_t kSegmentBlocks = 16;  // 512 rows of A x 32 floats: a 64 KB stage
     const int64_t segments = (lay.blocks + kSegmentBlocks - 1) / kSegmentBlocks;
     const Isa isa = isa_active();
@@ -308,7 +311,7 @@ void nm_gemm_bf16_pack_masked_transposed_into(ConstMatrixViewF w, std::span<cons
         }
       }
     });
-    if (overfull.load()) throw_first_overfull_group(mask_t, p);
+    if (overfull.load()) fail_masked_pack(mask_t, p, dst);
     return;
   }
   // Other patterns through a transposed copy kept per calling thread, then the masked pack.

@@ -193,10 +193,10 @@ inline uint32_t nibble_counts(uint32_t x) {
 }
 
 // One row's chunk (cols <= 32 columns at `a`, mask bits `bits`): its slots as 32-bit pairs, the
-// bf16 values in `values` and their 16-bit columns in `index` (element p = pair p; pairs past
-// the chunk's slots 0). False when a group keeps more than n.
+// bf16 values in `values` and, when `index` is set, their 16-bit columns in *index (element p =
+// pair p; pairs past the chunk's slots 0). False when a group keeps more than n.
 inline bool pack_row_chunk(const float* a, uint32_t bits, int64_t cols, int n, __m512i& values,
-                           __m512i& index) {
+                           __m512i* index) {
   const uint32_t col_bits = cols >= 32 ? ~0u : (1u << cols) - 1u;
   const uint32_t nibbles_hi = 0x88888888u & col_bits;  // bit 3 of every nibble inside cols
   const uint32_t counts = nibble_counts(bits);
@@ -237,10 +237,11 @@ inline bool pack_row_chunk(const float* a, uint32_t bits, int64_t cols, int n, _
   s0 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(s0, _mm512_setzero_ps(), _CMP_NEQ_UQ), s0);
   s1 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(s1, _mm512_setzero_ps(), _CMP_NEQ_UQ), s1);
   values = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(s1, s0));
+  if (index == nullptr) return true;
   const __m512i x0 = _mm512_maskz_permutex2var_epi32(valid_lo, i0, from_lo, i1);
   const __m512i x1 = _mm512_maskz_permutex2var_epi32(valid_hi, i0, from_hi, i1);
-  index = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(x0)),
-                             _mm512_cvtepi32_epi16(x1), 1);
+  *index = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(x0)),
+                              _mm512_cvtepi32_epi16(x1), 1);
   return true;
 }
 
@@ -250,7 +251,8 @@ namespace {
 
 // Chunk c of row block b: per half block (16 rows), each row's slots as one vector of pairs, then
 // a 16 x 16 transpose of 32-bit elements turns them into the layout's per-pair rows of 16 lanes.
-// row_of(r): row r's 32 (or, in a partial last chunk, fewer) values of the chunk.
+// row_of(r): row r's 32 (or, in a partial last chunk, fewer) values of the chunk. p.index null:
+// the values only.
 template <class RowOf>
 bool pack_m4_chunk(const NmGemmBf16PackArgs& p, const NmGemmBf16Layout& lay, int64_t b, int64_t c,
                    RowOf&& row_of) {
@@ -265,17 +267,21 @@ bool pack_m4_chunk(const NmGemmBf16PackArgs& p, const NmGemmBf16Layout& lay, int
         const uint32_t bits =
             static_cast<uint32_t>(p.mask[r * p.words_per_row + c / 2] >> (32 * (c % 2))) &
             (cols >= 32 ? ~0u : (1u << cols) - 1u);
-        if (!pack_row_chunk(row_of(r), bits, cols, p.n, vi, xi)) return false;
+        if (!pack_row_chunk(row_of(r), bits, cols, p.n, vi, p.index != nullptr ? &xi : nullptr)) {
+          return false;
+        }
       }
       v[l] = _mm512_castsi512_ps(vi);
       x[l] = _mm512_castsi512_ps(xi);
     }
     transpose16(v);
+    for (int64_t q = 0; q < lay.pairs_per_chunk; ++q) {
+      _mm512_store_si512(p.values + lay.offset(b, c, q) + 32 * h, _mm512_castps_si512(v[q]));
+    }
+    if (p.index == nullptr) continue;
     transpose16(x);
     for (int64_t q = 0; q < lay.pairs_per_chunk; ++q) {
-      const int64_t at = lay.offset(b, c, q) + 32 * h;
-      _mm512_store_si512(p.values + at, _mm512_castps_si512(v[q]));
-      _mm512_store_si512(p.index + at, _mm512_castps_si512(x[q]));
+      _mm512_store_si512(p.index + lay.offset(b, c, q) + 32 * h, _mm512_castps_si512(x[q]));
     }
   }
   return true;

@@ -67,7 +67,8 @@ static constexpr uint32_t canonical_slots(uint32_t kept, uint32_t group_bits, in
 }
 
 // What the AVX-512 BF16 pack reads and writes (m == 4): dense A [rows, depth] (row stride lda)
-// and its mask (BitMask words, words_per_row per row) into the operand's buffers.
+// and its mask (BitMask words, words_per_row per row) into the operand's buffers (index null:
+// the values only, the index words standing from a pack of the same mask).
 struct NmGemmBf16PackArgs {
   const float* a;
   int64_t lda;

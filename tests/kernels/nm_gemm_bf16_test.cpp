@@ -15,6 +15,7 @@
 #include <cmath>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/gemm_case.h"
@@ -337,6 +338,99 @@ TEST(NmGemmBf16, PackTransposedEqualsTransposeThenPack) {
         nm_gemm_bf16_pack_masked_transposed_into(w.view(), bad, BitMask(8, 8), {2, 4}, fused);
       },
       "9");
+}
+
+// The index words depend on the mask alone: a repack from the mask they came from
+// (NmGemmBf16Operand::index_mask) writes the values only; another mask, a pack from a compression
+// or a failed pack leave no index words to reuse. Both masked packers, at both levels (2:4 has
+// the AVX-512 packers), rows and depth around blocks and chunks; each result equals a fresh pack.
+TEST(NmGemmBf16, RepackFromTheSameMaskWritesTheValues) {
+  uint64_t seed = 150;
+  for (const bool scalar : {false, true}) {
+    const ScopedIsa isa(scalar ? Isa::kScalar : isa_supported());
+    for (const NmPattern p : {NmPattern{2, 4}, {4, 8}, {16, 32}}) {
+      for (const auto& [rows, depth] :
+           {std::pair<int64_t, int64_t>{1, 32}, {33, 100 / p.m * p.m}, {70, 160}}) {
+        const std::string what = p.to_string() + " " + std::to_string(rows) + " x " +
+                                 std::to_string(depth) + (scalar ? " scalar" : "");
+        SCOPED_TRACE(what);
+        const Matrix d = testing::random_nm(rows, depth, p, NmAxis::kRows, seed++);
+        BitMask mask(rows, depth);
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t k = 0; k < depth; ++k) {
+            if (d(r, k) != 0.0f) mask.set(r, k);
+          }
+        }
+        BitMask other = mask;  // row 0's first group emptied, or keeping column 0
+        for (int64_t k = 0; k < p.m; ++k) other.set(0, k, false);
+        if (other == mask) other.set(0, 0);
+        const Matrix a1 = testing::random_matrix(rows, depth, seed++);
+        const Matrix a2 = testing::random_matrix(rows, depth, seed++);
+        const auto fresh = [&](const Matrix& a, const BitMask& m) {
+          NmGemmBf16Operand packed;
+          nm_gemm_bf16_pack_masked_into(a.view(), m, p, packed);
+          return packed;
+        };
+        NmGemmBf16Operand op;
+        nm_gemm_bf16_pack_masked_into(a1.view(), mask, p, op);
+        EXPECT_EQ(op.index_mask, mask);
+        std::fill_n(op.index.data(), op.index.size(), uint16_t{999});  // poisoned to show reuse
+        nm_gemm_bf16_pack_masked_into(a2.view(), mask, p, op);
+        testing::expect_same_buffer(op.values, fresh(a2, mask).values, "values");
+        EXPECT_EQ(op.index.data()[0], 999);
+        nm_gemm_bf16_pack_masked_into(a2.view(), other, p, op);
+        const NmGemmBf16Operand want = fresh(a2, other);
+        testing::expect_same_buffer(op.values, want.values, "values, another mask");
+        testing::expect_same_buffer(op.index, want.index, "index, another mask");
+        // A compression's pack forgets the mask.
+        nm_gemm_bf16_pack_into(nm_compress_masked(a1.view(), mask, p), op);
+        EXPECT_EQ(op.index_mask, BitMask());
+        nm_gemm_bf16_pack_masked_into(a2.view(), other, p, op);
+        testing::expect_same_buffer(op.index, want.index, "index after a compression's pack");
+        // The transposed packer, (P W)ᵀ with a row order, mask_t = the same masks.
+        const Matrix w1 = testing::random_matrix(depth + 2, rows, seed++);
+        const Matrix w2 = testing::random_matrix(depth + 2, rows, seed++);
+        std::vector<int64_t> order(static_cast<size_t>(depth));
+        for (int64_t i = 0; i < depth; ++i) {
+          order[static_cast<size_t>(i)] = (5 * i + 1) % (depth + 2);
+        }
+        const auto fresh_t = [&](const Matrix& w, const BitMask& m) {
+          NmGemmBf16Operand packed;
+          nm_gemm_bf16_pack_masked_transposed_into(w.view(), order, m, p, packed);
+          return packed;
+        };
+        NmGemmBf16Operand t;
+        nm_gemm_bf16_pack_masked_transposed_into(w1.view(), order, mask, p, t);
+        EXPECT_EQ(t.index_mask, mask);
+        std::fill_n(t.index.data(), t.index.size(), uint16_t{999});
+        nm_gemm_bf16_pack_masked_transposed_into(w2.view(), order, mask, p, t);
+        testing::expect_same_buffer(t.values, fresh_t(w2, mask).values, "transposed values");
+        EXPECT_EQ(t.index.data()[0], 999);
+        nm_gemm_bf16_pack_masked_transposed_into(w2.view(), order, other, p, t);
+        const NmGemmBf16Operand t_want = fresh_t(w2, other);
+        testing::expect_same_buffer(t.values, t_want.values, "transposed values, another mask");
+        testing::expect_same_buffer(t.index, t_want.index, "transposed index, another mask");
+      }
+    }
+  }
+  // A failed pack forgets the mask: the next pack of the old mask writes the index words again.
+  const Matrix a = testing::random_matrix(4, 8, 5);
+  BitMask mask(4, 8);
+  for (int64_t r = 0; r < 4; ++r) {
+    mask.set(r, 1);
+    mask.set(r, 6);
+  }
+  NmGemmBf16Operand op;
+  nm_gemm_bf16_pack_masked_into(a.view(), mask, {2, 4}, op);
+  BitMask overfull = mask;
+  overfull.set(2, 4);
+  overfull.set(2, 5);
+  testing::expect_error(
+      [&] {
+        nm_gemm_bf16_pack_masked_into(a.view(), overfull, {2, 4}, op);
+      },
+      "row 2 group 1 (columns 4..7) keeps 3 > n (2)");
+  EXPECT_EQ(op.index_mask, BitMask());
 }
 
 TEST(NmGemmBf16, Errors) {

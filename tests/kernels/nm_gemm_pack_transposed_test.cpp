@@ -140,7 +140,8 @@ TEST(NmGemmPackTransposed, RepackFromTheSameMaskRewritesTheValues) {
     for (NmGemmKernel kernel : {NmGemmKernel::kBroadcast, NmGemmKernel::kPermute}) {
       ScopedNmGemmKernel scoped_kernel(kernel);
       for (NmPattern p : {NmPattern{2, 4}, NmPattern{4, 8}}) {
-        for (auto [groups, cols] : {std::pair<int64_t, int64_t>{1, 5}, {37, 33}, {70, 100}}) {
+        for (const auto& [groups, cols] :
+             {std::pair<int64_t, int64_t>{1, 5}, {37, 33}, {70, 100}}) {
           SCOPED_TRACE(::testing::Message()
                        << isa_name(isa) << " " << nm_gemm_kernel_name(kernel) << " "
                        << p.to_string() << " K " << groups * p.m << " C " << cols);

@@ -50,6 +50,11 @@ struct NmGemmBf16Operand {
   NmPattern pattern;
   AlignedBuffer<uint16_t> values;
   AlignedBuffer<uint16_t> index;
+  // The mask the index words were packed from by nm_gemm_bf16_pack_masked_into or
+  // nm_gemm_bf16_pack_masked_transposed_into (its mask_t); empty otherwise. The index words depend
+  // on the mask alone, so a later pack from an equal mask (a transposable layer's held mask) writes
+  // the values only.
+  BitMask index_mask;
 };
 
 // Whether nm_gemm_bf16 takes this pattern: m divides 32 (1:2 ... 16:32, any n <= m).
