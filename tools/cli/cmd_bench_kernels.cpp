@@ -183,7 +183,8 @@ struct LayerBench {
   }
 
   // Per step, as the training layer (SparseLinear) does it: W and Wᵀ packed for the kernels
-  // straight from the dense W and the held masks (Wᵀ through register-transposed blocks of W).
+  // straight from the dense W and the held masks (Wᵀ through register-transposed blocks of W);
+  // after the first call the values only (the masks are those the lanes were packed from).
   void compress_weights() {
     nm_gemm_pack_masked_into(w.view(), mask, p, w_fwd);
     if (!forward_only) {  // a vector-wise W is N:M along in only
@@ -450,7 +451,8 @@ int run_bench_kernels(const KernelBenchOptions& o) {
     std::printf(
         "nmsparse kernels vs OpenBLAS sgemm on the masked dense matrices; %d thread%s, "
         "isa %s, nm_gemm kernel %s; medians of %d alternated runs; weight_grad includes MVUE "
-        "pruning and compression of dY; layer_step adds packing W and Wᵀ from W and its masks; "
+        "pruning and compression of dY; layer_step adds packing W and Wᵀ from W and its held "
+        "masks (the values only, as a transposable layer between mask refreshes); "
         "*_bf16: the same with bf16 inputs (nm_gemm_bf16, nm_wgrad_bf16), fp32 accumulation, "
         "against the same fp32 sgemm\n\n",
         threads, threads == 1 ? "" : "s", std::string(isa_name(isa_active())).c_str(),
@@ -485,7 +487,8 @@ void add_bench_kernels_subcommand(CLI::App& bench, int& exit_code) {
       "product): forward Y = X Wᵀ, backward_data dX = dY W (W with a transposable N:M mask), "
       "weight_grad dW = dYᵀ X with dY MVUE-pruned along tokens (the pruning and compression "
       "timed with the sparse kernel), and layer_step: the three GEMMs plus packing W and Wᵀ "
-      "from the dense W and its held masks, as the training layer does, against three sgemm "
+      "from the dense W and its held masks, as the training layer does between refreshes of a "
+      "transposable mask (the values only: the lane indices stand), against three sgemm "
       "calls. forward_bf16, backward_data_bf16, weight_grad_bf16 and layer_step_bf16 time the "
       "same with bf16 inputs and fp32 accumulation (nm_gemm_bf16, nm_wgrad_bf16; CPUs with "
       "AVX512_BF16) against the same fp32 sgemm.");
