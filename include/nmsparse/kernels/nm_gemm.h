@@ -150,7 +150,7 @@ void nm_gemm_pack_into(const CompressedNm& compressed, NmGemmOperand& dst);
 // in one pass (the training layers' per-step packing of W and (P W)ᵀ). Throws when a group keeps
 // more than n, naming it (dst is then unspecified). When dst holds the lane form packed from an
 // equal mask (NmGemmOperand::lane_mask; the comparison reads the 2 MB of a 4096 x 4096 mask), only
-// the values are rewritten: 9.0 -> 7.8 ms at 4096 x 4096 2:4, one thread, Zen 4.
+// the values are rewritten: 10.0 -> 7.8 ms at 4096 x 4096 2:4, one thread, Zen 4.
 void nm_gemm_pack_masked_into(ConstMatrixViewF a, const BitMask& mask, NmPattern pattern,
                               NmGemmOperand& dst);
 
