@@ -73,8 +73,9 @@ void nm_gemm_bf16_pack_into(const CompressedNm& compressed, NmGemmBf16Operand& d
 // pass without the compressed intermediate: nm_gemm_bf16_pack(nm_compress_masked(a, mask,
 // pattern)) word for word (a training layer's per-step packing of W). At m = 4 on the AVX-512
 // BF16 level each row's chunk is compressed in registers and 16 rows' pairs transposed at a time
-// (4096 x 4096 at 2:4: 8.4 ms, one thread, Zen 4); other patterns go group by group. Throws when
-// a group keeps more than n, naming it.
+// (4096 x 4096 at 2:4: 8.4 ms, one thread, Zen 4); other patterns go group by group. A pack from
+// the mask dst's index words came from (index_mask) writes the values only. Throws when a group
+// keeps more than n, naming it.
 void nm_gemm_bf16_pack_masked_into(ConstMatrixViewF a, const BitMask& mask, NmPattern pattern,
                                    NmGemmBf16Operand& dst);
 
