@@ -1,11 +1,13 @@
-// transpose_into and transpose_mask (nmsparse/kernels/transpose.h).
+// transpose_into, transpose_mask and gather_columns_into (nmsparse/kernels/transpose.h).
 #include "nmsparse/kernels/transpose.h"
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <vector>
 
 #include "core/parallel.h"
+#include "core/views_overlap.h"
 #include "kernels/row_order.h"
 #include "nmsparse/core/error.h"
 #include "nmsparse/core/isa.h"
@@ -140,6 +142,33 @@ BitMask transpose_mask(const BitMask& mask, std::span<const int64_t> order) {
     }
   });
   return out;
+}
+
+void gather_columns_into(ConstMatrixViewF src, std::span<const int64_t> order, MatrixViewF dst) {
+  detail::check_row_order(order, src.cols(), "gather_columns_into");
+  const auto k_len = static_cast<int64_t>(order.size());
+  NMS_CHECK(dst.rows() == src.rows() && dst.cols() == k_len, "gather_columns_into: dst is ",
+            dst.rows(), " x ", dst.cols(), ", expected ", src.rows(), " x ", k_len);
+  NMS_CHECK(!detail::views_overlap(src, dst), "gather_columns_into: dst overlaps src");
+  NMS_CHECK(src.cols() <= INT32_MAX, "gather_columns_into: ", src.cols(), " columns");
+  // 32-bit column numbers: half the index traffic of the int64 order.
+  const std::vector<int32_t> cols(order.begin(), order.end());
+  // A row's loads land anywhere in it, in no order the hardware prefetcher follows: the next
+  // row's lines are prefetched while this one is gathered, one line per 16 elements.
+  // [512, 4096] with a random order, one thread, Zen 4: 1.6 ms, against 5.2-5.4 ms for
+  // LibTorch's index_select along dim 1 in the same process; without the prefetch 4.0-4.5 ms
+  // (index_select 6.3-7.7 ms in that run).
+  const int64_t src_cols = src.cols();
+  detail::parallel_for(src.rows(), [&](int64_t t) {
+    const float* in = src.row(t);
+    const float* next = t + 1 < src.rows() ? src.row(t + 1) : nullptr;
+    float* out = dst.row(t);
+    for (int64_t k0 = 0; k0 < k_len; k0 += 16) {
+      if (next != nullptr && k0 < src_cols) __builtin_prefetch(next + k0, 0, 3);
+      const int64_t k1 = std::min(k_len, k0 + 16);
+      for (int64_t k = k0; k < k1; ++k) out[k] = in[cols[static_cast<size_t>(k)]];
+    }
+  });
 }
 
 }  // namespace nms

@@ -445,11 +445,9 @@ class SparseLinearFunction : public torch::autograd::Function<SparseLinearFuncti
         nm_gemm_pack_masked_transposed_into(const_view(w), order, ws.mask_t, config.pattern,
                                             ws.backward_operand);
       }
-      if (bimask) {
-        const torch::Tensor perm =
-            torch::from_blob(const_cast<int64_t*>(st.perm.data()),
-                             {static_cast<int64_t>(st.perm.size())}, torch::kInt64);
-        dy_in = dy.index_select(1, perm);
+      if (bimask) {  // dY Pᵀ (LibTorch's index_select along dim 1 took 5x as long)
+        dy_in = torch::empty({dy.size(0), static_cast<int64_t>(st.perm.size())}, dy.options());
+        gather_columns_into(const_view(dy), st.perm, mutable_view(dy_in));
       }
     }
     if (bf16)

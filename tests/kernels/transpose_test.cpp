@@ -3,6 +3,8 @@
 // order, and 1 vs 2 threads.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <vector>
 
 #include "nmsparse/core/aligned_buffer.h"
@@ -117,6 +119,47 @@ TEST(Transpose, BadArgumentsAreErrors) {
                         "order[1] = 3 is outside [0, 3)");
   testing::expect_error([&] { transpose_mask(BitMask(3, 4), bad); },
                         "order[1] = 3 is outside [0, 3)");
+}
+
+// gather_columns_into against its definition: an order shorter and longer than the width, with
+// repeats, strided source and destination (the padding untouched), 0 rows, 1 and 2 threads.
+TEST(GatherColumns, MatchesDefinition) {
+  for (const int threads : {1, 2}) {
+    ScopedNumThreads scoped(threads);
+    for (const int64_t rows : {0, 1, 7, 64}) {
+      for (const int64_t cols : {1, 5, 33}) {
+        const Matrix src = testing::random_matrix(rows, cols + 2, static_cast<uint64_t>(cols));
+        const ConstMatrixViewF sv(src.data(), rows, cols, cols + 2);
+        for (const int64_t k_len : {int64_t{1}, cols, 2 * cols + 1}) {
+          std::vector<int64_t> order(static_cast<size_t>(k_len));
+          for (int64_t k = 0; k < k_len; ++k) order[static_cast<size_t>(k)] = (7 * k + 3) % cols;
+          const int64_t ld = k_len + 3;
+          std::vector<float> dst(static_cast<size_t>(std::max<int64_t>(rows, 1) * ld), -9.0f);
+          gather_columns_into(sv, order, MatrixViewF(dst.data(), rows, k_len, ld));
+          for (int64_t t = 0; t < rows; ++t) {
+            for (int64_t k = 0; k < ld; ++k) {
+              const float want = k < k_len ? sv(t, order[static_cast<size_t>(k)]) : -9.0f;
+              ASSERT_EQ(dst[static_cast<size_t>(t * ld + k)], want)
+                  << threads << " threads, " << rows << " x " << cols << ", k " << k;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(GatherColumns, BadArgumentsAreErrors) {
+  std::vector<float> src(12), dst(12);
+  const ConstMatrixViewF sv(src.data(), 3, 4);
+  const std::vector<int64_t> bad{0, 4};
+  testing::expect_error([&] { gather_columns_into(sv, bad, MatrixViewF(dst.data(), 3, 2)); },
+                        "order[1] = 4 is outside [0, 4)");
+  const std::vector<int64_t> two{1, 0};
+  testing::expect_error([&] { gather_columns_into(sv, two, MatrixViewF(dst.data(), 3, 4)); },
+                        "dst is 3 x 4, expected 3 x 2");
+  testing::expect_error([&] { gather_columns_into(sv, two, MatrixViewF(src.data() + 2, 3, 2, 4)); },
+                        "dst overlaps src");
 }
 
 }  // namespace
