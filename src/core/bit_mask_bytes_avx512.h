@@ -7,8 +7,8 @@
 
 namespace nms::detail {
 
-// One row: cols bytes at `out`, byte j = bit j of `words` (1 or 0). 64 bytes per mask word
-// (vpmovm2b), the last word's bytes masked.
+// One row: cols bytes at `out`, byte j = bit j of `words` (1 or 0). 64 bytes per mask word (a
+// byte move of ones zero-masked by the word), the last word's bytes store-masked.
 void mask_row_to_bytes_avx512(const uint64_t* words, int64_t cols, uint8_t* out);
 
 // The inverse: bit j of words[j / 64] = (in[j] != 0); the row's padding bits zero.

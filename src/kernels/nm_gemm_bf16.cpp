@@ -260,8 +260,16 @@ void nm_gemm_bf16_pack_masked_into(ConstMatrixViewF a, const BitMask& mask, NmPa
   uint16_t* index = nullptr;
   const NmGemmBf16Layout lay = prepare_masked(a.rows(), a.cols(), mask, p, "matrix", dst, &index);
   const detail::NmGemmBf16PackArgs args{
-      a.data(),          a.ld(), a.rows(), a.cols(), mask.row_words(0), mask.words_per_row(), p.n,
-      dst.values.data(), index};
+      a.data(),
+      a.ld(),
+      a.rows(),
+      a.cols(),
+      mask.row_words(0),
+      mask.words_per_row(),
+      p.n,
+      dst.values.data(),
+      index,  // null: the values only
+  };
   const bool avx512 = p.m == 4 && nm_gemm_bf16_kernel_active();
   std::atomic<bool> overfull{false};
   detail::parallel_for(lay.blocks, [&](int64_t b) {
@@ -289,8 +297,16 @@ void nm_gemm_bf16_pack_masked_transposed_into(ConstMatrixViewF w, std::span<cons
     const NmGemmBf16Layout lay =
         prepare_masked(w.cols(), depth, mask_t, p, "transposed matrix", dst, &index);
     const detail::NmGemmBf16PackArgs args{
-        nullptr,           0,    w.cols(), depth, mask_t.row_words(0), mask_t.words_per_row(), p.n,
-        dst.values.data(), index};
+        nullptr,
+        0,
+        w.cols(),
+        depth,
+        mask_t.row_words(0),
+        mask_t.words_per_row(),
+        p.n,
+        dst.values.data(),
+        index,  // null: the values only
+    };
     constexpr int64_t kSegmentBlocks = 16;  // 512 rows of A x 32 floats: a 64 KB stage
     const int64_t segments = (lay.blocks + kSegmentBlocks - 1) / kSegmentBlocks;
     const Isa isa = isa_active();

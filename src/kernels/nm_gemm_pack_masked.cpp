@@ -530,12 +530,6 @@ void set_shape(NmGemmOperand& dst, int64_t rows, int64_t depth, NmPattern patter
   dst.depth_block = detail::nm_gemm_depth_block(pattern.m);
 }
 
-// The permute kernel's form only, straight from A and the mask (its 2:4 rows by the AVX-512
-// packer): 21 ms at 4096 x 4096, 2:4, one thread, against 13 ms for the entries form (27 ms with
-// the scalar group loop; bench_mask_pack --benchmark_filter=NmGemmPackMasked). Before, the lanes
-// came from the entries in a second pass that read them back from memory (37 ms more per training
-// step of the 4096 MLP, and 64 MB more per operand). `pack_items` items of
-// pack_item(kn, km, item, values, index, stream, failed).
 // Whether dst holds the lane form of this shape and pattern packed from `mask` (its lane indices
 // then stand as they are).
 bool lanes_current(const NmGemmOperand& dst, const BitMask& mask, NmPattern pattern,
@@ -545,9 +539,13 @@ bool lanes_current(const NmGemmOperand& dst, const BitMask& mask, NmPattern patt
          dst.lane_index.size() == lanes.total() && dst.lane_mask == mask;
 }
 
-// The lane form of dst from `mask`: the values only when the lanes are current, else both, and
-// then dst.lane_mask = mask. `pack_items` items of pack_item(kn, km, item, values, index, stream,
-// failed); index null for the values only.
+// The permute kernel's form only, straight from A and the mask (its 2:4 rows by the AVX-512
+// packer): 21 ms at 4096 x 4096, 2:4, one thread, against 13 ms for the entries form (27 ms with
+// the scalar group loop; bench_mask_pack --benchmark_filter=NmGemmPackMasked). Before, the lanes
+// came from the entries in a second pass that read them back from memory (37 ms more per training
+// step of the 4096 MLP, and 64 MB more per operand). The values only when the lanes are current
+// (lanes_current), else both, and then dst.lane_mask = mask. `pack_items` items of
+// pack_item(kn, km, item, values, index, stream, failed); index null for the values only.
 template <class PackItem>
 void pack_lanes(const BitMask& mask, NmPattern pattern, const detail::NmGemmLaneLayout& lanes,
                 int64_t pack_items, NmGemmOperand& dst, PackItem&& pack_item) {
