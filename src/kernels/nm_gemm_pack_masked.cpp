@@ -544,12 +544,12 @@ bool lanes_current(const NmGemmOperand& dst, const BitMask& mask, NmPattern patt
 // the scalar group loop; bench_mask_pack --benchmark_filter=NmGemmPackMasked). Before, the lanes
 // came from the entries in a second pass that read them back from memory (37 ms more per training
 // step of the 4096 MLP, and 64 MB more per operand). The values only when the lanes are current
-// (lanes_current), else both, and then dst.lane_mask = mask. `pack_items` items of
-// pack_item(kn, km, item, values, index, stream, failed); index null for the values only.
+// (`values_only`: lanes_current, as the caller found it), else both, and then dst.lane_mask =
+// mask. `pack_items` items of pack_item(kn, km, item, values, index, stream, failed); index null
+// for the values only.
 template <class PackItem>
 void pack_lanes(const BitMask& mask, NmPattern pattern, const detail::NmGemmLaneLayout& lanes,
-                int64_t pack_items, NmGemmOperand& dst, PackItem&& pack_item) {
-  const bool values_only = lanes_current(dst, mask, pattern, lanes);
+                bool values_only, int64_t pack_items, NmGemmOperand& dst, PackItem&& pack_item) {
   set_shape(dst, lanes.rows, lanes.depth, pattern);
   const bool stream = lanes.total() >= kStreamFloats;  // as the entries form
   if (dst.lane_values.size() != lanes.total()) {
@@ -603,9 +603,10 @@ void nm_gemm_pack_masked_into(ConstMatrixViewF a, const BitMask& mask, NmPattern
   const detail::NmGemmLayout lay(a.rows(), a.cols(), pattern.n, pattern.m,
                                  detail::nm_gemm_depth_block(pattern.m));
   const detail::NmGemmLaneLayout lanes(a.rows(), a.cols(), pattern.n, pattern.m);
-  if (detail::nm_gemm_lanes_for(pattern) &&
-      (lanes_current(dst, mask, pattern, lanes) || !tiles_share_columns(mask, lay))) {
-    pack_lanes(mask, pattern, lanes, lanes.blocks, dst,
+  const bool lanes_form = detail::nm_gemm_lanes_for(pattern);
+  const bool values_only = lanes_form && lanes_current(dst, mask, pattern, lanes);
+  if (lanes_form && (values_only || !tiles_share_columns(mask, lay))) {
+    pack_lanes(mask, pattern, lanes, values_only, lanes.blocks, dst,
                [&](auto kn, auto km, int64_t b, float* values, int32_t* index, bool stream,
                    std::atomic<bool>& failed) {
                  pack_lane_block<kn(), km()>(a, mask, pattern.n, pattern.m, lanes, values, index,
@@ -665,11 +666,12 @@ void nm_gemm_pack_masked_transposed_into(ConstMatrixViewF w, std::span<const int
   const detail::NmGemmLayout lay(w.cols(), depth, pattern.n, pattern.m,
                                  detail::nm_gemm_depth_block(pattern.m));
   const detail::NmGemmLaneLayout lanes(w.cols(), depth, pattern.n, pattern.m);
-  if (detail::nm_gemm_lanes_for(pattern) &&
-      (lanes_current(dst, mask_t, pattern, lanes) || !tiles_share_columns(mask_t, lay))) {
+  const bool lanes_form = detail::nm_gemm_lanes_for(pattern);
+  const bool values_only = lanes_form && lanes_current(dst, mask_t, pattern, lanes);
+  if (lanes_form && (values_only || !tiles_share_columns(mask_t, lay))) {
     const int64_t segments = (lanes.blocks + kLaneSegmentBlocks - 1) / kLaneSegmentBlocks;
     const Isa isa = isa_active();
-    pack_lanes(mask_t, pattern, lanes, lanes.chunks * segments, dst,
+    pack_lanes(mask_t, pattern, lanes, values_only, lanes.chunks * segments, dst,
                [&](auto kn, auto km, int64_t item, float* values, int32_t* index, bool stream,
                    std::atomic<bool>& failed) {
                  pack_lane_transposed_item<kn(), km()>(w, order, mask_t, pattern.n, pattern.m,
