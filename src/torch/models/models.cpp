@@ -6,11 +6,10 @@
 #include "nmsparse/torch/models.h"
 
 #include <array>
-#include <cmath>
-#include <limits>
 #include <sstream>
 
 #include "nmsparse/core/error.h"
+#include "nmsparse/torch/attention.h"
 #include "nmsparse/torch/sparse_linear.h"
 
 namespace nms {
@@ -47,39 +46,14 @@ torch::Tensor embedding_init(std::initializer_list<int64_t> shape) {
 // Multi-head self-attention: qkv (width -> 3·width), softmax(q kᵀ / √d) v per head, proj.
 class AttentionImpl : public torch::nn::Module {
  public:
-  AttentionImpl(int64_t width, int64_t heads, bool causal)
-      : heads_(heads), head_dim_(width / heads), causal_(causal) {
+  AttentionImpl(int64_t width, int64_t heads, bool causal) : heads_(heads), causal_(causal) {
     qkv = register_module("qkv", SparseLinear(width, 3 * width));
     proj = register_module("proj", SparseLinear(width, width));
   }
 
-  // x [B, T, width] -> [B, T, width]. The heads run as one batch of B·H [T, D] matrices.
+  // x [B, T, width] -> [B, T, width].
   torch::Tensor forward(const torch::Tensor& x) {
-    const int64_t b = x.size(0);
-    const int64_t t = x.size(1);
-    const int64_t width = x.size(2);
-    // [B, T, 3, H, D] -> 3 × [B, H, T, D] -> [B·H, T, D]. unbind, not three selects: its backward
-    // is one stack, where each select's would zero-fill the whole qkv gradient.
-    const auto parts =
-        qkv->forward(x).view({b, t, 3, heads_, head_dim_}).permute({2, 0, 3, 1, 4}).unbind(0);
-    const auto q = parts[0].reshape({b * heads_, t, head_dim_});
-    const auto k = parts[1].reshape({b * heads_, t, head_dim_});
-    const auto v = parts[2].reshape({b * heads_, t, head_dim_});
-    const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
-    torch::Tensor scores;  // [B·H, T, T]
-    if (causal_) {
-      // The mask as an additive bias fused into the GEMM (masked_fill would copy the scores).
-      const auto bias =
-          torch::full({t, t}, -std::numeric_limits<float>::infinity(), x.options()).triu(1);
-      scores = torch::baddbmm(bias, q, k.transpose(1, 2), /*beta=*/1.0, /*alpha=*/scale);
-    } else {
-      scores = torch::bmm(q, k.transpose(1, 2)).mul_(scale);
-    }
-    const auto attn = torch::softmax(scores, -1);
-    // [B·H, T, D] -> [B, H, T, D] -> [B, T, H, D] -> [B, T, width], contiguous for proj.
-    const auto out =
-        torch::bmm(attn, v).view({b, heads_, t, head_dim_}).transpose(1, 2).reshape({b, t, width});
-    return proj->forward(out);
+    return proj->forward(multi_head_attention(qkv->forward(x), heads_, causal_));
   }
 
   SparseLinear qkv{nullptr};
@@ -87,7 +61,6 @@ class AttentionImpl : public torch::nn::Module {
 
  private:
   int64_t heads_;
-  int64_t head_dim_;
   bool causal_;
 };
 TORCH_MODULE(Attention);
