@@ -61,6 +61,22 @@ void pack_x_block(ConstMatrixViewF x, int64_t t0, int64_t kc, int64_t k_block, i
   }
 }
 
+// The largest block of dW [out, in] that one work item owns when the row tiles are split into
+// row_chunks ranges and the column panels into col_chunks (as the driver splits them).
+int64_t largest_item(int64_t out, int64_t in, int64_t row_chunks, int64_t col_chunks) {
+  const auto largest_range = [](int64_t len, int64_t unit, int64_t chunks) {
+    const int64_t units = (len + unit - 1) / unit;
+    int64_t most = 0;
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t first = units * c / chunks * unit;
+      const int64_t last = std::min(len, units * (c + 1) / chunks * unit);
+      most = std::max(most, last - first);
+    }
+    return most;
+  };
+  return largest_range(out, kWgradRowTile, row_chunks) * largest_range(in, kWgradPanel, col_chunks);
+}
+
 // dY's compression as the direct micro-tile reads it (wgrad_kernels.h; m = 4: 2-bit indices).
 struct DirectRows {
   const float* values;
@@ -349,21 +365,30 @@ void nm_wgrad(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw, NmWgra
 
   // Work items own disjoint blocks of dW. Splitting the rows makes every item pack all of X
   // (T · in floats), splitting the columns makes every item decode (direct form: read) all of
-  // dY (T · out · n/m slots): split the dimension whose duplicated packing is smaller.
+  // dY (T · out · n/m slots): between equally balanced splits, the one whose duplicated packing
+  // is smaller.
   const int64_t panels = (in + kWgradPanel - 1) / kWgradPanel;
   const int64_t tiles = (out + kWgradRowTile - 1) / kWgradRowTile;
   const int64_t threads = std::max(1, max_threads());
+  // Where the panels or tiles do not split evenly, the split whose largest item is smaller wins
+  // first: split by columns, the vision transformer's 192 x 192 projection gives one thread a
+  // 128-column panel and the other a 64-column one (T 6400, MVUE 2:4, Zen 4, wgrad without the
+  // pruning: 3.5 ms on one thread, 2.6 ms on two split by columns, 1.8 ms by rows).
   int64_t col_chunks = 1;
   int64_t row_chunks = 1;
   if (threads > 1) {
-    const bool rows_first = in * m < out * n;
-    if (rows_first) {
-      row_chunks = std::min(tiles, threads);
-      col_chunks = std::min(panels, std::max<int64_t>(1, threads / row_chunks));
-    } else {
-      col_chunks = std::min(panels, threads);
-      row_chunks = std::min(tiles, std::max<int64_t>(1, threads / col_chunks));
-    }
+    const int64_t rows_first_rows = std::min(tiles, threads);
+    const int64_t rows_first_cols =
+        std::min(panels, std::max<int64_t>(1, threads / rows_first_rows));
+    const int64_t cols_first_cols = std::min(panels, threads);
+    const int64_t cols_first_rows =
+        std::min(tiles, std::max<int64_t>(1, threads / cols_first_cols));
+    const int64_t rows_first_item = largest_item(out, in, rows_first_rows, rows_first_cols);
+    const int64_t cols_first_item = largest_item(out, in, cols_first_rows, cols_first_cols);
+    const bool rows_first =
+        rows_first_item != cols_first_item ? rows_first_item < cols_first_item : in * m < out * n;
+    row_chunks = rows_first ? rows_first_rows : cols_first_rows;
+    col_chunks = rows_first ? rows_first_cols : cols_first_cols;
   }
   const int64_t items = col_chunks * row_chunks;
   const int64_t max_chunk_panels = (panels + col_chunks - 1) / col_chunks;
