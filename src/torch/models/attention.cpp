@@ -33,7 +33,7 @@ Shape checked_shape(const torch::Tensor& qkv, int64_t heads) {
 }
 
 #if defined(NMS_HAVE_OPENBLAS)
-// OpenBLAS runs an sgemm of m·n·k <= 65536 · GEMM_MULTITHREAD_THRESHOLD (4 in Debian's build) on
+// OpenBLAS runs an sgemm of m·n·k <= 65536 · GEMM_MULTITHREAD_THRESHOLD (4 by default) on
 // the calling thread and larger ones on its pool. Heads whose GEMMs stay under that run in
 // parallel on our threads; larger heads run one after the other, each GEMM on OpenBLAS's pool
 // (from inside our threads its pool would only contend). Changing OpenBLAS's thread count around
@@ -44,8 +44,9 @@ constexpr int64_t kBlasSingleThreadWork = 65536 * 4;
 template <class Body>
 void for_heads(const Shape& s, Body&& body) {
   const int64_t n = s.b * s.heads;
-  const bool ours = s.t * s.t * s.d <= kBlasSingleThreadWork && n > 1;
-#pragma omp parallel for schedule(static) num_threads(torch::get_num_threads()) if (ours)
+  const bool heads_in_parallel = s.t * s.t * s.d <= kBlasSingleThreadWork && n > 1;
+#pragma omp parallel for schedule(static) \
+    num_threads(torch::get_num_threads()) if (heads_in_parallel)
   for (int64_t bh = 0; bh < n; ++bh) body(bh, bh / s.heads, bh % s.heads);
 }
 
@@ -160,8 +161,9 @@ torch::Tensor multi_head_attention_reference(const torch::Tensor& qkv, int64_t h
 torch::Tensor multi_head_attention(const torch::Tensor& qkv, int64_t heads, bool causal) {
   checked_shape(qkv, heads);
 #if defined(NMS_HAVE_OPENBLAS)
+  const int64_t int_max = std::numeric_limits<int>::max();  // BLAS dimensions and strides
   if (qkv.scalar_type() == torch::kFloat && qkv.device().is_cpu() && qkv.is_contiguous() &&
-      qkv.numel() > 0) {
+      qkv.numel() > 0 && qkv.size(1) <= int_max && qkv.size(2) <= int_max) {
     return AttentionFunction::apply(qkv, heads, causal);
   }
 #endif
