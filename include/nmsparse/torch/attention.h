@@ -10,12 +10,18 @@
 // backward as LibTorch ops on the [B·H, T, T] scores: no copies of q, k, v or of the output into
 // per-head layouts, and none of LibTorch 1.13's per-matrix dispatch in bmm (three selects and an
 // mm per matrix). Backward: dP = dO vᵀ, dv = Pᵀ dO, dS = softmax_backward(dP, P) / √D, dq = dS k,
-// dk = dSᵀ q, written into one [B, T, 3·W] gradient. The GEMMs compute what LibTorch's bmm
-// formulation computes, matrix for matrix (the same sgemm on the same operands): the results are
-// equal to it (attention_test), and do not depend on the thread count (each head's GEMMs run on
-// one thread; OpenBLAS is held to one thread inside the call and restored after).
-// Vision transformer, B 128, T 50, W 192, H 3, forward + backward of one block's attention
-// (one run, Zen 4): 29.4 -> 15.4 ms on one thread, 22.3 -> 7.8 ms on two.
+// dk = dSᵀ q, written into one [B, T, 3·W] gradient.
+//
+// The GEMMs are the ones LibTorch's bmm formulation makes, matrix for matrix, with 1/√D applied
+// as sgemm's alpha: the results equal it where 1/√D is a power of two (D = 4, 16, 64, 256; the
+// models' default heads have 64) and differ by rounding otherwise (the backward scales dS · k
+// after the sum, LibTorch dS before it; attention_test). Heads whose GEMMs OpenBLAS keeps on the
+// calling thread (m·n·k <= 65536 · 4) run in parallel on ours, larger ones one after another on
+// OpenBLAS's pool, which splits a GEMM's output and not its sums: the results do not depend on the
+// thread count.
+//
+// Vision transformer, B 128, T 50, W 192, H 3, forward + backward of one block's attention (one
+// run, Zen 4): 29.4 -> 15.4 ms on one thread, 22.3 -> 7.8 ms on two.
 //
 // Other dtypes, devices or layouts run the LibTorch formulation (bmm, softmax, bmm). Memory: the
 // [B·H, T, T] probabilities are kept for the backward, as LibTorch's softmax keeps them.
