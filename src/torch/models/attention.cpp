@@ -2,8 +2,6 @@
 // LibTorch formulation it replaces.
 #include "nmsparse/torch/attention.h"
 
-#include <omp.h>
-
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -36,8 +34,8 @@ Shape checked_shape(const torch::Tensor& qkv, int64_t heads) {
 // OpenBLAS runs an sgemm of m·n·k <= 65536 · GEMM_MULTITHREAD_THRESHOLD (4 by default) on
 // the calling thread and larger ones on its pool. Heads whose GEMMs stay under that run in
 // parallel on our threads; larger heads run one after the other, each GEMM on OpenBLAS's pool
-// (from inside our threads its pool would only contend). Changing OpenBLAS's thread count around
-// the call instead left LibTorch's next dense GEMMs 10-30 % slower at 2 threads.
+// (from inside our threads its pool would only contend). OpenBLAS's thread count is global state
+// that LibTorch's dense GEMMs share, so the call leaves it alone.
 constexpr int64_t kBlasSingleThreadWork = 65536 * 4;
 
 // body(bh, batch, head) for every head of every batch entry, on LibTorch's thread count.
