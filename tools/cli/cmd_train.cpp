@@ -31,6 +31,7 @@ struct TrainCliOptions {
   std::string path = "kernels";
   std::string solver = "exact";
   std::string inputs = "fp32";
+  float decay = SparseLinearConfig{}.decay;
   std::string recipe;
   std::string compare;
   std::string optimizer;
@@ -120,6 +121,7 @@ TrainOptions build_options(const TrainCliOptions& o) {
     d.path = *path;
     d.solver = *solver;
     d.inputs = *inputs;
+    d.decay = o.decay;
     d.seed = o.seed;
   }
   if (!o.optimizer.empty()) {
@@ -329,6 +331,10 @@ void add_train_command(CLI::App& app, int& exit_code) {
                       "and the masked weights rounded to bf16, fp32 accumulation; the kernel path "
                       "needs AVX512_BF16). Weights, gradients and the weight gradient stay fp32")
           ->capture_default_str();
+  auto* decay = cmd->add_option("--decay", o->decay,
+                                "SR-STE decay: lambda * (1 - mask) * W is added to the weight "
+                                "gradient of every sparse weight mode; 0 disables it")
+                    ->capture_default_str();
   cmd->add_option("--recipe", o->recipe,
                   "Recipe JSON (per-layer modes, skips; see recipe.h) instead of the mode flags")
       ->excludes(nm)
@@ -337,7 +343,8 @@ void add_train_command(CLI::App& app, int& exit_code) {
       ->excludes(grad_nm)
       ->excludes(path)
       ->excludes(solver)
-      ->excludes(inputs);
+      ->excludes(inputs)
+      ->excludes(decay);
   cmd->add_option("--compare", o->compare,
                   "Comma-separated weights+grads configs run one after another into OUT/<name>/, "
                   "e.g. dense,bimask+mvue,transposable+mvue,nm+topn (overrides --weights/--grads)");
@@ -349,7 +356,9 @@ void add_train_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--lr", o->lr, "Peak learning rate (0 = 0.05 for sgd, 1e-3 for adamw)")
       ->capture_default_str();
   cmd->add_option("--optimizer", o->optimizer, "sgd (default for mlp) or adamw (vit, charlm)");
-  cmd->add_option("--seed", o->seed, "Seed of init, shuffling, gradient pruning")
+  cmd->add_option("--seed", o->seed,
+                  "Seed of init, shuffling, gradient pruning (with --recipe, the "
+                  "gradient pruning and Bi-Mask candidates use the recipe's \"seed\", default 0)")
       ->capture_default_str();
   cmd->add_option("--threads", o->threads,
                   "Threads for LibTorch, OpenMP and OpenBLAS (0 = default)")

@@ -27,6 +27,8 @@ TEST_F(TrainCli, UsageErrorsNameTheValue) {
   bad("train --out o --epochs 0 --resume r", "epochs 0 evaluates");
   bad("train --out o --compare dense,foo+mvue", "unknown weight mode 'foo'");
   bad("train --out o --recipe r.json --weights nm", "excludes");
+  bad("train --out o --recipe r.json --decay 0", "excludes");
+  bad("train --out o --decay -1", "decay (-1)");
   bad("train --out o --recipe missing.json", "missing.json");
   bad("train --out o --optimizer adam", "unknown --optimizer 'adam'");
   const CliResult r = run("train");
@@ -47,20 +49,22 @@ TEST_F(TrainCli, ShortRunOnFashionMnist) {
   }
   const CliResult r = run(
       "train --model mlp --hidden 64,64 --weights transposable --grads mvue --nm 2:4 --epochs 1 "
-      "--batch 64 --limit-train 1024 --limit-test 512 --threads 1 --seed 3 --out run --json "
-      "r.json --no-plot");
+      "--batch 64 --limit-train 1024 --limit-test 512 --threads 1 --seed 3 --decay 1e-3 --out run "
+      "--json r.json --no-plot");
   ASSERT_EQ(r.status, 0) << r.err << r.out;
   EXPECT_NE(r.out.find("epoch 1/1"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("(skipped:"), std::string::npos) << r.out;  // the head
   const auto j = nlohmann::json::parse(slurp(dir_ / "r.json"));
   EXPECT_EQ(j.at("status"), "finished");
   EXPECT_GT(j.at("test_accuracy").get<double>(), 0.3);
+  EXPECT_FLOAT_EQ(j.at("config").at("recipe").at("decay").get<float>(), 1e-3f);
   EXPECT_TRUE(fs::exists(dir_ / "run" / "checkpoint.safetensors"));
   EXPECT_TRUE(fs::exists(dir_ / "run" / "report.json"));
   // Resuming with another pattern names the field.
   const CliResult bad = run(
       "train --model mlp --hidden 64,64 --weights transposable --grads mvue --nm 4:8 --epochs 1 "
-      "--batch 64 --limit-train 1024 --limit-test 512 --threads 1 --seed 3 --out run --resume run");
+      "--batch 64 --limit-train 1024 --limit-test 512 --threads 1 --seed 3 --decay 1e-3 --out run "
+      "--resume run");
   EXPECT_EQ(bad.status, 2);
   EXPECT_NE(bad.err.find("recipe.nm"), std::string::npos) << bad.err;
 }
