@@ -200,12 +200,19 @@ inline void stage_from_y(const NmGemmLaneArgs& a, int64_t row0, int64_t t_super,
   }
 }
 
-inline void stage_to_y(const NmGemmLaneArgs& a, int64_t row0, int64_t t_super, const float* stage) {
+// `stream`: whole lines around the cache (a.y_stream, the last K block).
+inline void stage_to_y(const NmGemmLaneArgs& a, int64_t row0, int64_t t_super, const float* stage,
+                       bool stream) {
   const int64_t rows = std::min<int64_t>(kLaneRows, a.rows - row0);
   for (int64_t r = 0; r < rows; ++r) {
     float* y = a.y + (row0 + r) * a.ldy + t_super;
     for (int64_t i = 0; i < kLaneHybridTokens; i += 16) {
-      _mm512_storeu_ps(y + i, _mm512_load_ps(stage + r * kStageLd + i));
+      const __m512 v = _mm512_load_ps(stage + r * kStageLd + i);
+      if (stream) {
+        _mm512_stream_ps(y + i, v);
+      } else {
+        _mm512_storeu_ps(y + i, v);
+      }
     }
   }
 }
@@ -360,7 +367,7 @@ void nm_gemm_lanes_avx512(const NmGemmLaneArgs& a, int64_t t_begin, int64_t t_en
                                                          t0 + kLaneHybridLoadFirst, b,
                                                          kHybridRA * p, c0, c1, stage, t0);
           }
-          stage_to_y(a, kLaneRows * b, t0, stage);
+          stage_to_y(a, kLaneRows * b, t0, stage, a.y_stream && c1 == lay.chunks);
         }
       }
       for (; t0 + kTileTokens <= t_end; t0 += kTileTokens) {
@@ -370,6 +377,7 @@ void nm_gemm_lanes_avx512(const NmGemmLaneArgs& a, int64_t t_begin, int64_t t_en
         tile_tail<kTileTokens - 1>(a, lay, static_cast<int>(t_end - t0), t0, b, c0, c1);
     }
   }
+  if (a.y_stream) _mm_sfence();  // streamed lines ordered before the caller's synchronisation
 }
 
 }  // namespace nms::detail

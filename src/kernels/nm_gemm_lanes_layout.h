@@ -80,6 +80,10 @@ struct NmGemmLaneArgs {
   // kLaneHybridTokens. (Panels of all tokens, 4 times the copying: nm_wgrad at T 8192 x 3072 ->
   // 768 took 262.5 ms against 252-254 with these, one thread, Zen 4.)
   const float* x_panels = nullptr;
+  // The hybrid kernel only: its last K block writes each super-tile's rows of Y with streaming
+  // stores (whole lines, no read for ownership; y 64-byte aligned and ldy a multiple of 16), for
+  // a Y larger than the caches (nm_wgrad's dW).
+  bool y_stream = false;
 };
 
 // Y for tokens [t_begin, t_end) and row blocks [b_begin, b_end) (nm_gemm_lanes_avx512.cpp): per

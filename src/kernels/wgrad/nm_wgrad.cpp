@@ -3,6 +3,7 @@
 #include "nmsparse/kernels/nm_wgrad.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "core/parallel.h"
@@ -197,6 +198,8 @@ void wgrad_permute_from_lanes(int64_t out, NmPattern pattern, ConstMatrixViewF x
   args.y = dw.data();
   args.ldy = dw.ld();
   args.y_transposed = true;
+  args.y_stream = dw.size() * int64_t{4} >= detail::kWgradStreamBytes &&
+                  reinterpret_cast<uintptr_t>(dw.data()) % 64 == 0 && dw.ld() % 16 == 0;
   // The hybrid kernel's panels of the product's X (= Xᵀ): per full super-tile of 128 in features,
   // its 32 load-fed ones (columns 96..127 of the super-tile's block of X), T rows.
   const int64_t panels = in / detail::kLaneHybridTokens;

@@ -27,6 +27,10 @@ inline constexpr int kWgradMaxBlockSlots = 64;            // slots of one row in
 inline constexpr int kWgradSlotStride = 80;               // words between rows of a packed tile
 inline constexpr int kWgradTileWords = kWgradRowTile * kWgradSlotStride;
 static_assert(kWgradPanel % 16 == 0 && kWgradPanel <= 256);
+// dW at least this large (and 64-byte aligned rows) is written in whole lines with streaming
+// stores where the route writes each line once in its last pass (nm_wgrad_bf16; nm_wgrad's
+// permute route): no read for ownership of lines the caches could not keep anyway.
+inline constexpr int64_t kWgradStreamBytes = int64_t{8} << 20;
 
 // One row of dYᵀ (one column of the kCols-compressed dY) restricted to one K-block.
 struct WgradDecodeArgs {

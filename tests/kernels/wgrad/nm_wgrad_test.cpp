@@ -424,6 +424,38 @@ TEST(NmWgrad, FusedDecayStartsEachChainFromTheDecayTerm) {
                         "the decay's W is 4 x 5, dw 4 x 6");
 }
 
+TEST(NmWgrad, PermuteRouteStreamsTheLastKBlockOfALargeDw) {
+  // A dW of at least kWgradStreamBytes, 64-byte aligned with ld % 16 == 0: the permute route's
+  // hybrid super-tiles (128 in features) write their rows with streaming stores in the last K
+  // block only (T 64: one block; T 2064: 128 chunks, then 1), the tail tiles (16 in features past
+  // the last super-tile) with plain ones. Bit for bit kernel A's result, with the decay, on 1 and
+  // 2 threads.
+  if (isa_supported() < Isa::kAvx512) GTEST_SKIP() << "the permute route needs AVX-512";
+  const ScopedIsa level(Isa::kAvx512);
+  const int64_t in = 2064;
+  const int64_t out = 1024;
+  static_assert(1024 * 2064 * 4 >= detail::kWgradStreamBytes);
+  const Matrix w = testing::random_matrix(out, in, 7);
+  std::vector<uint8_t> keep(static_cast<size_t>(out * in));
+  for (size_t k = 0; k < keep.size(); ++k) keep[k] = static_cast<uint8_t>(k % 3 != 0);
+  const NmWgradDecay decay{w.view(), keep.data(), in, 0.25f};
+  for (const int64_t tokens : {64, 2064}) {
+    SCOPED_TRACE(tokens);
+    const Matrix d = random_dy(tokens, out, {2, 4}, 8);
+    const CompressedNm dy = nm_compress(d.view(), {2, 4}, NmAxis::kCols);
+    const Matrix x = testing::random_matrix(tokens, in, 9);
+    Matrix want(out, in);
+    nm_wgrad(dy, x.view(), want.view(), nullptr, &decay, NmWgradKernel::kPanels);
+    for (const int threads : {1, 2}) {
+      const ScopedNumThreads t(threads);
+      Matrix got(out, in);
+      ASSERT_EQ(reinterpret_cast<uintptr_t>(got.data()) % 64, 0u);
+      nm_wgrad(dy, x.view(), got.view(), nullptr, &decay, NmWgradKernel::kPermute);
+      EXPECT_EQ(std::memcmp(want.data(), got.data(), sizeof(float) * want.size()), 0) << threads;
+    }
+  }
+}
+
 TEST(NmWgrad, Errors) {
   const Matrix d = random_dy(16, 10, {2, 4}, 9);
   const CompressedNm dy = nm_compress(d.view(), {2, 4}, NmAxis::kCols);
