@@ -239,6 +239,7 @@ void nm_gemm(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y, const fl
     args.y = y.data();
     args.ldy = y.ld();
     args.bias = bias;
+    args.panel_pairs = detail::nm_gemm_panel_pairs();
     detail::nm_gemm_simd(args, tokens, isa == Isa::kAvx512);
     return;
   }

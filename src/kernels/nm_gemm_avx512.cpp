@@ -237,7 +237,7 @@ void nm_gemm_avx512_block(const NmGemmArgs& a, int64_t tile0, int64_t tile1, int
     // while the chunk's tiles go past them.
     const int64_t split = slots / a.n / 2 * a.n;
     for (int64_t q = 0; q < panels;) {
-      const bool pair = q + 1 < panels;
+      const bool pair = a.panel_pairs && q + 1 < panels;
       const int64_t step = pair ? 2 : 1;
       const float* panel = xt + q * panel_stride + b * block_stride;
       float* yq = scratch + q * yb_floats;

@@ -27,7 +27,19 @@ struct NmGemmArgs {
   int64_t start_ldw = 0;
   int64_t start_ldkeep = 0;
   float start_lambda = 0.0f;
+  // The AVX-512 broadcast kernel takes token panels in pairs (micro_tile_wide: 3 rows x 128
+  // tokens, 8 FMAs per broadcast) or one at a time (micro_tile: 6 rows x 64 tokens, 4 per
+  // broadcast): nm_gemm_panel_pairs().
+  bool panel_pairs = true;
 };
+
+// Whether the AVX-512 broadcast kernel pairs its token panels here. Pairs fed the Xeon's two
+// 64-byte load ports better (3.4 -> 3.8 G zmm FMAs/s, nm_gemm.h); on Zen 4 single panels are
+// 8-15 % faster (nm_gemm_lanes.cpp), so the default is by CPU, as for the kernel itself.
+// NMSPARSE_NM_GEMM_PANELS=1|2 overrides it, and set_nm_gemm_panel_pairs_override (tests; -1
+// clears it, 0 single panels, 1 pairs) overrides both.
+bool nm_gemm_panel_pairs();
+void set_nm_gemm_panel_pairs_override(int pairs);
 
 // The blocked, threaded driver of the SIMD levels (nm_gemm.cpp): Y for `tokens` rows of X at the
 // AVX-512 level (avx512) or the AVX2 one.

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/parallel.h"
+#include "kernels/nm_gemm_avx512.h"
 #include "kernels/nm_gemm_bias.h"
 #include "kernels/nm_gemm_layout.h"
 #include "nmsparse/core/error.h"
@@ -39,6 +40,30 @@ NmGemmKernel kernel_default() {
   if (__builtin_cpu_is("amd")) return NmGemmKernel::kPermute;
 #endif
   return NmGemmKernel::kBroadcast;
+}
+
+std::atomic<int> g_pairs_override{-1};  // -1: none; 0 single panels; 1 pairs
+
+// Single token panels in the broadcast kernel on AMD CPUs. Zen 4, one thread, medians of
+// alternating calls in one process, ms with pairs / single panels (2026-12-07): 16:32 2048^3
+// 127.9 / 115.3, T 8192 x 768 -> 3072 287.0 / 260.1, T 8192 x 3072 -> 768 308.9 / 261.5, T 512 x
+// 4096 -> 4096 131.0 / 116.3; 32:64 2048^3 123.7 / 114.9; 2:4 2048^3 126.7 / 114.1; two threads
+// 75.2 / 65.0 (2048^3) and 173.7 / 146.7 (8192 x 768 -> 3072). Standalone copies of the two
+// micro-tiles with random 16:32 offsets ran at 2.43 and 2.30 G zmm FMAs/s, and at 2.48-2.68 with
+// every operand row in L1: the extra broadcasts are not what limits them here.
+bool panel_pairs_default() {
+  const char* env = std::getenv("NMSPARSE_NM_GEMM_PANELS");
+  if (env != nullptr && *env != '\0') {
+    const std::string v(env);
+    NMS_CHECK(v == "1" || v == "2", "NMSPARSE_NM_GEMM_PANELS=", v,
+              " is not 1 (single token panels) or 2 (pairs)");
+    return v == "2";
+  }
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_is("amd")) return false;
+#endif
+  return true;
 }
 
 // Tokens per work item of the permute driver: 256 (measured on a standalone copy of the kernel
@@ -85,6 +110,17 @@ ScopedNmGemmKernel::~ScopedNmGemmKernel() {
 }
 
 namespace detail {
+
+bool nm_gemm_panel_pairs() {
+  const int o = g_pairs_override.load(std::memory_order_relaxed);
+  if (o >= 0) return o != 0;
+  static const bool chosen = panel_pairs_default();
+  return chosen;
+}
+
+void set_nm_gemm_panel_pairs_override(int pairs) {
+  g_pairs_override.store(pairs < 0 ? -1 : pairs != 0 ? 1 : 0, std::memory_order_relaxed);
+}
 
 bool nm_gemm_lanes_for(NmPattern pattern) {
 #if defined(NMS_HAVE_AVX512_KERNELS)

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "kernels/gemm_case.h"
+#include "kernels/nm_gemm_avx512.h"
 #include "kernels/nm_gemm_layout.h"
 #include "kernels/same_operand.h"
 #include "nmsparse/core/isa.h"
@@ -97,6 +99,20 @@ void check_levels(const Case& c, ConstMatrixViewF x, const NmGemmOperand& a,
 
 // Runs one case on the N:M matrix d (A = d for kRows, dᵀ for kCols) at every ISA level; checks
 // the tolerance and bitwise equality across levels.
+// Sets the broadcast kernel's panel pairing for a scope (nm_gemm_avx512.h).
+class ScopedPanelPairs {
+ public:
+  explicit ScopedPanelPairs(bool pairs) { detail::set_nm_gemm_panel_pairs_override(pairs ? 1 : 0); }
+  ~ScopedPanelPairs() { detail::set_nm_gemm_panel_pairs_override(-1); }
+  ScopedPanelPairs(const ScopedPanelPairs&) = delete;
+  ScopedPanelPairs& operator=(const ScopedPanelPairs&) = delete;
+};
+
+constexpr std::array<std::pair<NmGemmKernel, bool>, 3> kKernelModes{
+    {{NmGemmKernel::kBroadcast, true},
+     {NmGemmKernel::kBroadcast, false},
+     {NmGemmKernel::kPermute, true}}};
+
 void check_matrix(const Case& c, const Matrix& d, uint64_t seed, int64_t pad = 0) {
   SCOPED_TRACE(describe(c));
   const bool fwd = c.axis == NmAxis::kRows;
@@ -123,8 +139,12 @@ void check_matrix(const Case& c, const Matrix& d, uint64_t seed, int64_t pad = 0
   // Both AVX-512 kernels (an operand packed under `permute` has the lane form: the permute kernel
   // at the AVX-512 level, its scalar path below), packed at every level (depth blocks of 128
   // columns, 64 at AVX2; the lanes at AVX-512 under permute), each run at every level.
-  for (NmGemmKernel kernel : {NmGemmKernel::kBroadcast, NmGemmKernel::kPermute}) {
+  // The broadcast kernel runs with its token panels in pairs and one at a time
+  // (nm_gemm_panel_pairs; the same bits either way).
+  for (const auto& [kernel, pairs] : kKernelModes) {
     ScopedNmGemmKernel scoped_kernel(kernel);
+    const ScopedPanelPairs scoped_pairs(pairs);
+    SCOPED_TRACE(pairs ? "panel pairs" : "single panels");
     for (Isa pack_isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
       if (pack_isa > isa_supported()) continue;
       NmGemmOperand a;

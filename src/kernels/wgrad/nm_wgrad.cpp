@@ -328,6 +328,7 @@ void nm_wgrad(const CompressedNm& dy, ConstMatrixViewF x, MatrixViewF dw, NmWgra
     args.y = dw.data();
     args.ldy = dw.ld();
     args.transposed = true;
+    args.panel_pairs = detail::nm_gemm_panel_pairs();
     if (decay != nullptr) {
       args.start_w = decay->w.data();
       args.start_ldw = decay->w.ld();

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "grad/prune_lanes.h"
+#include "kernels/nm_gemm_avx512.h"
 #include "kernels/nm_gemm_lanes_layout.h"
 #include "kernels/wgrad/wgrad_kernels.h"
 #include "kernels/wgrad/wgrad_lanes.h"
@@ -422,6 +423,40 @@ TEST(NmWgrad, FusedDecayStartsEachChainFromTheDecayTerm) {
   const NmWgradDecay bad{w_bad.view(), keep.data(), 6, 0.1f};
   testing::expect_error([&] { nm_wgrad(dy, x.view(), dw.view(), nullptr, &bad); },
                         "the decay's W is 4 x 5, dw 4 x 6");
+}
+
+TEST(NmWgrad, GemmRouteWithPanelPairsAndSinglePanels) {
+  // kGemm runs nm_gemm's broadcast kernel in its transposed form, with its token panels (here in
+  // features) in pairs or one at a time (nm_gemm_panel_pairs, chosen by CPU): both give kernel
+  // A's bits, around the pair edges (in 64, 127, 128, 129, 200) and with the decay.
+  if (isa_supported() < Isa::kAvx512) GTEST_SKIP() << "the broadcast kernel pairs at AVX-512";
+  const ScopedIsa level(Isa::kAvx512);
+  uint64_t seed = 700;
+  for (const int64_t in : {64, 127, 128, 129, 200}) {
+    for (const NmPattern p : {NmPattern{2, 4}, NmPattern{16, 32}}) {
+      const Case c{p.m * 9, in, 13, p};
+      SCOPED_TRACE(describe(c));
+      const Matrix d = random_dy(c.tokens, c.out, p, seed++);
+      const CompressedNm dy = nm_compress(d.view(), p, NmAxis::kCols);
+      const Matrix x = testing::random_matrix(c.tokens, in, seed++);
+      const Matrix w = testing::random_matrix(c.out, in, seed++);
+      std::vector<uint8_t> keep(static_cast<size_t>(c.out * in));
+      for (size_t k = 0; k < keep.size(); ++k) keep[k] = static_cast<uint8_t>(k % 4 != 1);
+      const NmWgradDecay decay{w.view(), keep.data(), in, 0.5f};
+      for (const NmWgradDecay* dec : {static_cast<const NmWgradDecay*>(nullptr), &decay}) {
+        Matrix want(c.out, in);
+        nm_wgrad(dy, x.view(), want.view(), nullptr, dec, NmWgradKernel::kPanels);
+        for (const int pairs : {0, 1}) {
+          detail::set_nm_gemm_panel_pairs_override(pairs);
+          Matrix got(c.out, in);
+          nm_wgrad(dy, x.view(), got.view(), nullptr, dec, NmWgradKernel::kGemm);
+          detail::set_nm_gemm_panel_pairs_override(-1);
+          EXPECT_EQ(std::memcmp(want.data(), got.data(), sizeof(float) * want.size()), 0)
+              << "pairs " << pairs << (dec ? ", decay" : "");
+        }
+      }
+    }
+  }
 }
 
 TEST(NmWgrad, PermuteRouteStreamsTheLastKBlockOfALargeDw) {
