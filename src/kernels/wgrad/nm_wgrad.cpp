@@ -139,10 +139,11 @@ void check_dy(const CompressedNm& dy) {
 
 // kAuto: nm_gemm's kernel when dW is large (at least 8 M elements: 32 MB, past the caches, which
 // kernel A re-reads once per 64-token block) and T is short (its own 128-token pair panels need
-// many in features to fill, and at long T kernel A streams less). Measured, one thread, ms (kernel
-// A / nm_gemm's; `nmsparse bench kernels --gemms weight_grad`): T x in -> out 512 x 4096 -> 4096
-// 86.5 / 72.2, 512 x 784 -> 4096 17.8 / 20.8, 2048 x 2048 -> 2048 81.4 / 80.9, 8192 x 768 -> 3072
-// 204.2 / 230.9, 8192 x 3072 -> 768 195.4 / 196.7, 6400 x 192 -> 768 14.9 / 20.5.
+// many in features to fill, and at long T kernel A streams less). Measured on the Xeon (panel
+// pairs), one thread, ms (kernel A / nm_gemm's; `nmsparse bench kernels --gemms weight_grad`): T x
+// in -> out 512 x 4096 -> 4096 86.5 / 72.2, 512 x 784 -> 4096 17.8 / 20.8, 2048 x 2048 -> 2048
+// 81.4 / 80.9, 8192 x 768 -> 3072 204.2 / 230.9, 8192 x 3072 -> 768 195.4 / 196.7, 6400 x 192 ->
+// 768 14.9 / 20.5.
 bool use_gemm_kernel(NmWgradKernel kernel, Isa isa, int64_t tokens, int64_t in, int64_t out) {
   if (kernel != NmWgradKernel::kAuto) return kernel == NmWgradKernel::kGemm;
   // At AVX2 (Zen 2, one thread, ms, kernel A / nm_gemm's, 2:4, with MVUE of dY): 2048 x 2048 ->
@@ -151,6 +152,13 @@ bool use_gemm_kernel(NmWgradKernel kernel, Isa isa, int64_t tokens, int64_t in, 
   // 59.5 / 45.0 on the last two. Kernel A's 12 accumulators per 3-row tile leave 1.5 loads per FMA
   // and its dW sweeps go through masked loads and stores.
   if (isa == Isa::kAvx2) return true;
+  // With single token panels (AMD CPUs, nm_gemm_panel_pairs) nm_gemm's kernel wins wherever X has
+  // 512 columns or more. Zen 4, one thread, medians of 3 alternating calls, ms (kernel A /
+  // nm_gemm's) at 4:8, 8:16, 16:32: T 8192 x 768 -> 3072 327 / 324, 297 / 285, 303 / 293; 8192 x
+  // 3072 -> 768 305 / 291, 278 / 267, 281 / 267; 2048^3 136 / 118, 152 / 125, 131 / 120; 512 x 4096
+  // -> 4096 128 / 115, 126 / 111, 147 / 126; 6400 x 768 -> 192 15.3 / 14.8, 20.3 / 18.9, 22.6
+  // / 20.2; but 6400 x 192 -> 768 15.3 / 20.0, 16.0 / 19.4, 16.1 / 19.5.
+  if (!detail::nm_gemm_panel_pairs()) return in >= 512;
   return out * in >= (int64_t{8} << 20) && tokens <= 2048;
 }
 
