@@ -167,6 +167,28 @@ TEST(GradPrune, ColumnKernelsAcrossStrips) {
   }
 }
 
+TEST(GradPrune, ColumnKernelsEmitEveryIndexWidth) {
+  // The compressed emission of the vector column kernels gathers a group's index fields in one
+  // 128-bit word when n · bits <= 120 (fields at every bit offset within a byte: 3:7's 9 bits,
+  // 7:8's 21, 5:12's 20; 24:32's 120 at the limit) and ORs them field by field above it (25:32's
+  // 125, 32:64's 192): both must give nm_compress's bytes, across a 512-column strip and its tail
+  // (the vector kernels need a multiple of 4 columns).
+  const NmPattern patterns[] = {{3, 7}, {7, 8}, {5, 12}, {1, 8}, {24, 32}, {25, 32}, {32, 64}};
+  uint64_t seed = 40;
+  for (const NmPattern p : patterns) {
+    SCOPED_TRACE(p.to_string());
+    const Matrix g = make_input(0, p.m * 6, 532, seed++);
+    const GradPruneOptions o{GradMethod::kMvue, p, NmAxis::kCols, seed, 2};
+    const Matrix ref = detail::grad_prune_reference(g.view(), o);
+    for (Isa isa : isa_levels()) {
+      ScopedIsa level(isa);
+      SCOPED_TRACE(isa_name(isa));
+      const CompressedNm c = grad_prune_compressed(g.view(), o);
+      ASSERT_TRUE(same_compressed(c, nm_compress(ref.view(), o.pattern, o.axis)));
+    }
+  }
+}
+
 TEST(GradPrune, SameResultForOneAndTwoThreads) {
   for (const Config& cfg : kConfigs) {
     for (NmAxis axis : {NmAxis::kRows, NmAxis::kCols}) {
