@@ -39,18 +39,19 @@ endfunction()
 # are compiled with that instruction set (run only after the runtime check of nmsparse/core/isa.h;
 # avx512bf16 also after its own check of the CPU's AVX512_BF16), on x86-64 only.
 # -ffp-contract=off: only the explicit fused multiply-adds, so every level rounds like the scalar
-# specification. (-Wno-maybe-uninitialized, -Wno-uninitialized: GCC 12 false positives in
+# specification. BMI2 and POPCNT come with every AVX-512 CPU; the AVX-512 level checks them too.
+# (-Wno-maybe-uninitialized, -Wno-uninitialized: GCC 12 false positives in
 # avx512fintrin.h's unpack intrinsics, GCC bug 105593.)
 function(nms_isa_sources isa)
   if(NOT CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
     return()
   endif()
   if(isa STREQUAL "avx512")
-    set(flags -mavx512f -mavx512bw -mavx512dq -mavx512vl -ffp-contract=off -Wno-maybe-uninitialized
-              -Wno-uninitialized)
-  elseif(isa STREQUAL "avx512bf16")  # the avx512 level plus AVX512_BF16 (checked at run time)
-    set(flags -mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx512bf16 -ffp-contract=off
+    set(flags -mavx512f -mavx512bw -mavx512dq -mavx512vl -mbmi2 -mpopcnt -ffp-contract=off
               -Wno-maybe-uninitialized -Wno-uninitialized)
+  elseif(isa STREQUAL "avx512bf16")  # the avx512 level plus AVX512_BF16 (checked at run time)
+    set(flags -mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx512bf16 -mbmi2 -mpopcnt
+              -ffp-contract=off -Wno-maybe-uninitialized -Wno-uninitialized)
   elseif(isa STREQUAL "avx2")
     set(flags -mavx2 -mfma -ffp-contract=off)
   else()

@@ -638,9 +638,135 @@ inline void mvue_generic16(const __m512* x, int n, int m, __m512i uw, __m512* ou
   }
 }
 
+// t[c] lane r = x[r] lane c.
+inline void transpose16x16_ps(const __m512 x[16], __m512 t[16]) {
+  __m512 a[16];
+  for (int k = 0; k < 16; k += 2) {
+    a[k] = _mm512_unpacklo_ps(x[k], x[k + 1]);
+    a[k + 1] = _mm512_unpackhi_ps(x[k], x[k + 1]);
+  }
+  __m512 b[16];  // b[4k + j], 128-bit lane L: column 4L + j of rows 4k .. 4k + 3
+  for (int k = 0; k < 16; k += 4) {
+    const __m512d a0 = _mm512_castps_pd(a[k]);
+    const __m512d a1 = _mm512_castps_pd(a[k + 1]);
+    const __m512d a2 = _mm512_castps_pd(a[k + 2]);
+    const __m512d a3 = _mm512_castps_pd(a[k + 3]);
+    b[k] = _mm512_castpd_ps(_mm512_unpacklo_pd(a0, a2));
+    b[k + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a0, a2));
+    b[k + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(a1, a3));
+    b[k + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(a1, a3));
+  }
+  for (int j = 0; j < 4; ++j) {
+    const __m512 u = _mm512_shuffle_f32x4(b[j], b[4 + j], 0x44);
+    const __m512 w = _mm512_shuffle_f32x4(b[8 + j], b[12 + j], 0x44);
+    const __m512 u2 = _mm512_shuffle_f32x4(b[j], b[4 + j], 0xEE);
+    const __m512 w2 = _mm512_shuffle_f32x4(b[8 + j], b[12 + j], 0xEE);
+    t[j] = _mm512_shuffle_f32x4(u, w, 0x88);
+    t[4 + j] = _mm512_shuffle_f32x4(u, w, 0xDD);
+    t[8 + j] = _mm512_shuffle_f32x4(u2, w2, 0x88);
+    t[12 + j] = _mm512_shuffle_f32x4(u2, w2, 0xDD);
+  }
+}
+
+__extension__ typedef unsigned __int128 IndexWord;  // a group's index fields (GCC, Clang)
+
+// The index fields of every position of a group, for pext: chunk c holds positions
+// [c · per_chunk, (c + 1) · per_chunk) as consecutive fields of `bits` bits.
+struct IndexChunks {
+  int per_chunk = 0;
+  int chunks = 0;
+  uint64_t spread = 0;  // bit j · bits set for each j < per_chunk
+  uint64_t iota[8] = {};
+};
+
+IndexChunks index_chunks(int m, int bits) {
+  IndexChunks ic;
+  ic.per_chunk = 64 / bits;
+  ic.chunks = (m + ic.per_chunk - 1) / ic.per_chunk;
+  for (int j = 0; j < ic.per_chunk; ++j) ic.spread |= uint64_t{1} << (j * bits);
+  for (int c = 0; c < ic.chunks; ++c) {
+    for (int j = 0; j < ic.per_chunk && c * ic.per_chunk + j < m; ++j) {
+      ic.iota[c] |= static_cast<uint64_t>(c * ic.per_chunk + j) << (j * bits);
+    }
+  }
+  return ic;
+}
+
+// mvue_emit_lanes (grad/emit_lanes.h) for 16 groups of m <= 32 with n · bits <= 120, the same
+// bytes. Kept masks per lane from the results (nonzero, then the lowest free positions up to n);
+// the groups transposed into registers (16 x 16 blocks) and their values compressed and stored
+// with one or two masked stores; the index fields picked from a table of all positions by pext
+// with the kept mask spread over the fields (pdep), and OR-ed into the row once. MVUE 4:8 / 16:32
+// of dY 8192 x 3072 along tokens, compressed, one thread, Zen 4: 93 / 108 ms with the scalar
+// emission (40 / 53 ms with dense output).
+inline void emit_vector(const __m512* out, int n, int m, int bits, const IndexChunks& ic, float* v,
+                        int64_t value_ld, uint8_t* idx, int64_t index_ld, int64_t slot0) {
+  const __m512 zero = _mm512_setzero_ps();
+  const __m512i one = _mm512_set1_epi32(1);
+  __m512i kept = _mm512_setzero_si512();
+  __m512i count = _mm512_setzero_si512();
+  for (int i = 0; i < m; ++i) {
+    const __mmask16 nz = _mm512_cmp_ps_mask(out[i], zero, _CMP_NEQ_UQ);  // `!= 0.0f`
+    kept = _mm512_mask_or_epi32(kept, nz, kept, _mm512_set1_epi32(static_cast<int>(1u << i)));
+    count = _mm512_mask_add_epi32(count, nz, count, one);
+  }
+  const __m512i nv = _mm512_set1_epi32(n);
+  for (__mmask16 need = _mm512_cmplt_epi32_mask(count, nv); need != 0;
+       need = _mm512_cmplt_epi32_mask(count, nv)) {  // the lowest free position, lane by lane
+    const __m512i low_free = _mm512_andnot_si512(kept, _mm512_add_epi32(kept, one));
+    kept = _mm512_mask_or_epi32(kept, need, kept, low_free);
+    count = _mm512_mask_add_epi32(count, need, count, one);
+  }
+  alignas(64) uint32_t masks[16];
+  _mm512_store_si512(masks, kept);
+  __m512 rows[16];
+  __m512 lo[16];
+  __m512 hi[16];
+  for (int i = 0; i < 16; ++i) rows[i] = i < m ? out[i] : zero;
+  transpose16x16_ps(rows, lo);
+  if (m > 16) {
+    for (int i = 0; i < 16; ++i) rows[i] = 16 + i < m ? out[16 + i] : zero;
+    transpose16x16_ps(rows, hi);
+  }
+  const uint64_t fill = (uint64_t{1} << bits) - 1;
+  const uint64_t chunk_mask = ic.per_chunk >= 64 ? ~uint64_t{0} : (uint64_t{1} << ic.per_chunk) - 1;
+  const int64_t bit = slot0 * bits;
+  const int shift = static_cast<int>(bit & 7);
+  const int bytes = (shift + n * bits + 7) / 8;
+  for (int l = 0; l < 16; ++l) {
+    const uint32_t k = masks[l];
+    float* vals = v + l * value_ld + slot0;
+    const auto k_lo = static_cast<__mmask16>(k);
+    const int c_lo = __builtin_popcount(k & 0xFFFFu);
+    _mm512_mask_storeu_ps(vals, static_cast<__mmask16>((1u << c_lo) - 1),
+                          _mm512_maskz_compress_ps(k_lo, lo[l]));
+    if (m > 16) {
+      _mm512_mask_storeu_ps(vals + c_lo, static_cast<__mmask16>((1u << (n - c_lo)) - 1),
+                            _mm512_maskz_compress_ps(static_cast<__mmask16>(k >> 16), hi[l]));
+    }
+    IndexWord word = 0;
+    int at = 0;
+    for (int c = 0; c < ic.chunks; ++c) {
+      const uint64_t kc = (static_cast<uint64_t>(k) >> (c * ic.per_chunk)) & chunk_mask;
+      const uint64_t fields = _pdep_u64(kc, ic.spread) * fill;
+      word |= static_cast<IndexWord>(_pext_u64(ic.iota[c], fields)) << (at * bits);
+      at += __builtin_popcountll(kc);
+    }
+    word <<= shift;
+    uint8_t* row = idx + l * index_ld + (bit >> 3);
+    for (int b = 0; b < bytes; ++b) {
+      row[b] = static_cast<uint8_t>(row[b] | static_cast<uint8_t>(word >> (8 * b)));
+    }
+  }
+}
+
 // Compressed emission of one group per lane (mvue_emit_lanes, grad/emit_lanes.h).
-inline void emit_generic(const __m512* out, int n, int m, int bits, float* v, int64_t value_ld,
-                         uint8_t* idx, int64_t index_ld, int64_t slot0) {
+inline void emit_generic(const __m512* out, int n, int m, int bits, const IndexChunks* ic, float* v,
+                         int64_t value_ld, uint8_t* idx, int64_t index_ld, int64_t slot0) {
+  if (ic != nullptr) {
+    emit_vector(out, n, m, bits, *ic, v, value_ld, idx, index_ld, slot0);
+    return;
+  }
   alignas(64) float tmp[64][16];
   for (int i = 0; i < m; ++i) _mm512_store_ps(tmp[i], out[i]);
   mvue_emit_lanes(&tmp[0][0], 16, n, m, bits, v, value_ld, idx, index_ld, slot0);
@@ -661,6 +787,10 @@ bool mvue_cols_avx512(const float* src, int64_t ld, int n, int m, int64_t group_
   __m512 x[64];
   __m512 out[64];
   __m512i uw[kColsMaxBlocks][4];  // random words of 4 group rows, per block
+  // The vector emission where it applies (emit_vector), the scalar one elsewhere.
+  const IndexChunks chunks =
+      bits > 0 && m <= 32 && n * bits <= 120 ? index_chunks(m, bits) : IndexChunks{};
+  const IndexChunks* vector_emit = chunks.chunks > 0 ? &chunks : nullptr;
   for (int64_t kk0 = 0; kk0 < group_rows; kk0 += 4) {
     const int64_t left = group_rows - kk0;
     const int batches = left < 4 ? static_cast<int>(left) : 4;
@@ -687,8 +817,8 @@ bool mvue_cols_avx512(const float* src, int64_t ld, int n, int m, int64_t group_
           float* d = dense + kk * m * dense_ld + c;
           for (int i = 0; i < m; ++i) _mm512_storeu_ps(d + i * dense_ld, out[i]);
         } else {
-          emit_generic(out, n, m, bits, values + c * value_ld, value_ld, indices + c * index_ld,
-                       index_ld, kk * n);
+          emit_generic(out, n, m, bits, vector_emit, values + c * value_ld, value_ld,
+                       indices + c * index_ld, index_ld, kk * n);
         }
       }
     }

@@ -4,7 +4,7 @@
 // the operating system support, lowered (never raised) by the environment variable
 // NMSPARSE_ISA=scalar|avx2|avx512 or by set_isa(). Every level computes bit-identical results;
 // `scalar` selects the plain reference code paths.
-//   avx512  AVX-512 F + BW + DQ + VL (Skylake-SP, Ice Lake, Sapphire Rapids, Zen 4)
+//   avx512  AVX-512 F + BW + DQ + VL, BMI2, POPCNT (Skylake-SP, Ice Lake, Sapphire Rapids, Zen 4)
 //   avx2    AVX2 + FMA + BMI2 (kernels without an AVX2 version run their SSE2 or scalar path)
 //   scalar  no SIMD-specific code
 #pragma once
