@@ -5,12 +5,6 @@
 
 namespace nms::detail {
 
-namespace {
-
-__extension__ typedef unsigned __int128 IndexWord;  // a group's index bits (GCC, Clang)
-
-}  // namespace
-
 void mvue_emit_lanes(const float* lanes, int lane_count, int n, int m, int bits, float* v,
                      int64_t value_ld, uint8_t* idx, int64_t index_ld, int64_t slot0) {
   // Where a group's index fields fit 128 bits with the row's bit offset (n · bits <= 120) they are

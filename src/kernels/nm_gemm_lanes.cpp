@@ -47,10 +47,11 @@ std::atomic<int> g_pairs_override{-1};  // -1: none; 0 single panels; 1 pairs
 // Single token panels in the broadcast kernel on AMD CPUs. Zen 4, one thread, medians of
 // alternating calls in one process, ms with pairs / single panels (2026-12-07): 16:32 2048^3
 // 127.9 / 115.3, T 8192 x 768 -> 3072 287.0 / 260.1, T 8192 x 3072 -> 768 308.9 / 261.5, T 512 x
-// 4096 -> 4096 131.0 / 116.3; 32:64 2048^3 123.7 / 114.9; 2:4 2048^3 126.7 / 114.1; two threads
-// 75.2 / 65.0 (2048^3) and 173.7 / 146.7 (8192 x 768 -> 3072). Standalone copies of the two
-// micro-tiles with random 16:32 offsets ran at 2.43 and 2.30 G zmm FMAs/s, and at 2.48-2.68 with
-// every operand row in L1: the extra broadcasts are not what limits them here.
+// 4096 -> 4096 131.0 / 116.3; 32:64 2048^3 123.7 / 114.9; 2:4 2048^3 (the broadcast kernel
+// forced) 126.7 / 114.1; two threads 75.2 / 65.0 (2048^3) and 173.7 / 146.7 (8192 x 768 -> 3072).
+// Standalone copies of the two micro-tiles with random 16:32 offsets ran at 2.45 (single) and 2.33
+// (pair) G zmm FMAs/s, and at 2.48 / 2.56 with every operand row in L1: the extra broadcasts are
+// not what limits them here (docs/performance.md).
 bool panel_pairs_default() {
   const char* env = std::getenv("NMSPARSE_NM_GEMM_PANELS");
   if (env != nullptr && *env != '\0') {

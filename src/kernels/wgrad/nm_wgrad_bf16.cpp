@@ -24,11 +24,6 @@ using detail::NmGemmBf16Layout;
 // In features per work item of X's transposed rounding: each reads 1 KB runs of 16 rows of X at a
 // time. 64 took twice as long for tall X (4.2 against 2.4 ms at T 8192 x 768, one thread, Zen 4).
 constexpr int64_t kRoundBlock = 256;
-// dW of kWgradStreamBytes or more (and T within one K block) is written in whole lines with
-// streaming stores, skipping the read for ownership of every line: 4096 x 4096, T 512, with the
-// decay, one thread, alternately in one process: 78.4 against 84.0 and 84.6 against 88.0 ms (two
-// runs); two threads 51.5 against 56.1 ms. Where the caches keep dW the lines would only be
-// evicted early.
 
 // The chain's start for dW(o, i): λ · W(o, i) where the decay's mask drops it, else 0; a denormal
 // start flushed to signed 0 (the kernel's load_transposed).
@@ -113,6 +108,11 @@ void run_packed(ConstMatrixViewF x, MatrixViewF dw, NmWgradBf16Workspace& w,
   args.ldx = ld;
   args.ldy = dw.ld();
   args.y_transposed = true;
+  // dW of kWgradStreamBytes or more (and T within one K block) is written in whole lines with
+  // streaming stores, skipping the read for ownership of every line: 4096 x 4096, T 512, with the
+  // decay, one thread, alternately in one process: 78.4 against 84.0 and 84.6 against 88.0 ms
+  // (two runs); two threads 51.5 against 56.1 ms. Where the caches keep dW the lines would only
+  // be evicted early.
   args.y_stream = dw.size() * int64_t{4} >= detail::kWgradStreamBytes &&
                   reinterpret_cast<uintptr_t>(dw.data()) % 64 == 0 && dw.ld() % 16 == 0;
   if (decay != nullptr) {
