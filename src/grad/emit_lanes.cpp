@@ -11,7 +11,7 @@ void mvue_emit_lanes(const float* lanes, int lane_count, int n, int m, int bits,
   // gathered in one word and OR-ed into the row byte by byte once: OR-ing each field as it was
   // found chained every read-modify-write on the previous one's store (MVUE 16:32 of dY 8192 x
   // 3072 along tokens, compressed, AVX-512, one thread: 148 -> 108 ms, 58 ms with dense output).
-  const bool one_word = bits > 0 && n * bits <= 120;
+  const bool one_word = bits > 0 && n * bits <= kIndexWordBits;
   const int64_t bit0 = slot0 * bits;
   for (int l = 0; l < lane_count; ++l) {
     uint64_t kept = 0;

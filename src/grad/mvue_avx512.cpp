@@ -787,7 +787,7 @@ bool mvue_cols_avx512(const float* src, int64_t ld, int n, int m, int64_t group_
   __m512i uw[kColsMaxBlocks][4];  // random words of 4 group rows, per block
   // The vector emission where it applies (emit_vector), the scalar one elsewhere.
   const IndexChunks chunks =
-      bits > 0 && m <= 32 && n * bits <= 120 ? index_chunks(m, bits) : IndexChunks{};
+      bits > 0 && m <= 32 && n * bits <= kIndexWordBits ? index_chunks(m, bits) : IndexChunks{};
   const IndexChunks* vector_emit = chunks.chunks > 0 ? &chunks : nullptr;
   for (int64_t kk0 = 0; kk0 < group_rows; kk0 += 4) {
     const int64_t left = group_rows - kk0;

@@ -35,7 +35,7 @@ struct NmGemmArgs {
 
 // Whether the AVX-512 broadcast kernel pairs its token panels here. Pairs fed the Xeon's two
 // 64-byte load ports better (3.4 -> 3.8 G zmm FMAs/s, nm_gemm.h); on Zen 4 single panels are
-// 8-15 % faster (nm_gemm_lanes.cpp), so the default is by CPU, as for the kernel itself.
+// 7-15 % faster (nm_gemm_lanes.cpp), so the default is by CPU, as for the kernel itself.
 // NMSPARSE_NM_GEMM_PANELS=1|2 overrides it, and set_nm_gemm_panel_pairs_override (tests; -1
 // clears it, 0 single panels, 1 pairs) overrides both.
 bool nm_gemm_panel_pairs();

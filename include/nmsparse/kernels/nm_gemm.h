@@ -19,7 +19,7 @@
 // slots for the whole chunk, then the second half (so both panels' active rows, 2 x 16 KB, stay
 // in L1). A lone last panel takes 6 rows x 64 tokens (6 loads per 4 FMAs). The load count is the
 // bound on the Xeon below: the pairs took the forward GEMM at 8192 x 768 -> 3072 from 3.4 to 3.8 G
-// zmm FMAs/s. On AMD CPUs every panel takes 6 rows x 64 tokens: on Zen 4 that was 8-15 % faster
+// zmm FMAs/s. On AMD CPUs every panel takes 6 rows x 64 tokens: on Zen 4 that was 7-15 % faster
 // than the pairs (16:32 and 32:64, which run this kernel there; NMSPARSE_NM_GEMM_PANELS=1|2
 // overrides the choice). Output blocks [rows][64] are transposed into Y with 16 x 16 in-register
 // transposes and streaming stores.
