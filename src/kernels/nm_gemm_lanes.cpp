@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -42,7 +43,8 @@ NmGemmKernel kernel_default() {
   return NmGemmKernel::kBroadcast;
 }
 
-std::atomic<int> g_pairs_override{-1};  // -1: none; 0 single panels; 1 pairs
+std::atomic<int> g_pairs_override{-1};     // -1: none; 0 single panels; 1 pairs
+std::atomic<int> g_stream_y_override{-1};  // -1: by size; 0 never; 1 always (aligned Y)
 
 // Single token panels in the broadcast kernel on AMD CPUs. Zen 4, one thread, medians of
 // alternating calls in one process, ms with pairs / single panels (2026-12-07): 16:32 2048^3
@@ -71,6 +73,13 @@ bool panel_pairs_default() {
 // with K blocks of 128 chunks, one thread, Zen 4, 2:4: 64 tokens 1.45x, 128 1.48-1.55x, 256
 // 1.51-1.60x of OpenBLAS).
 constexpr int64_t kLaneTokenBlock = 256;
+
+// A row-major Y of this many bytes or more is written with streaming stores: twice the 32 MB L3
+// of the development Zen 4, so the lines a next layer reads first (its first tokens) are gone
+// from the caches by the end either way, and the stores skip their reads for ownership. One
+// thread, 2:4, T 8192 x 768 -> 3072 (Y 96 MiB; a copy of the kernel in one process, alternating,
+// medians of 5): 245-249 -> 237 ms.
+constexpr int64_t kLaneStreamYBytes = int64_t{64} << 20;
 
 }  // namespace
 
@@ -121,6 +130,10 @@ bool nm_gemm_panel_pairs() {
 
 void set_nm_gemm_panel_pairs_override(int pairs) {
   g_pairs_override.store(pairs < 0 ? -1 : pairs != 0 ? 1 : 0, std::memory_order_relaxed);
+}
+
+void set_nm_gemm_lanes_stream_y_override(int stream) {
+  g_stream_y_override.store(stream < 0 ? -1 : stream != 0 ? 1 : 0, std::memory_order_relaxed);
 }
 
 bool nm_gemm_lanes_for(NmPattern pattern) {
@@ -228,6 +241,9 @@ void nm_gemm_lanes_run(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y
   args.y = y.data();
   args.ldy = y.ld();
   args.bias = bias;
+  const int o = g_stream_y_override.load(std::memory_order_relaxed);
+  args.y_stream = (o >= 0 ? o == 1 : y.rows() * y.ld() * int64_t{4} >= kLaneStreamYBytes) &&
+                  reinterpret_cast<uintptr_t>(y.data()) % 64 == 0 && y.ld() % 16 == 0;
   nm_gemm_lanes_run(args, x.rows());
 }
 
@@ -249,10 +265,6 @@ void nm_gemm_lanes_run(const NmGemmLaneArgs& args, int64_t tokens) {
     const int64_t b0 = part * lay.blocks / row_parts;
     const int64_t b1 = (part + 1) * lay.blocks / row_parts;
     nm_gemm_lanes_avx512(args, t0, t1, b0, b1);
-    if (!args.y_transposed) {
-      add_bias(args.y, args.ldy, t0, t1, b0 * kLaneRows, std::min(args.rows, b1 * kLaneRows),
-               args.bias);
-    }
   });
 #else
   (void)args, (void)tokens;

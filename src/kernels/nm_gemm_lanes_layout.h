@@ -61,7 +61,9 @@ struct NmGemmLaneArgs {
   int n, m;
   float* y;  // [tokens, rows], row stride ldy; [rows, tokens] when y_transposed
   int64_t ldy;
-  const float* bias = nullptr;  // rows floats added by the driver (nm_gemm_bias.h); not transposed
+  // rows floats, added to each element after its chain (one rounded addition, add_bias's bits) by
+  // the last K block's tiles before they store; row-major Y only.
+  const float* bias = nullptr;
   // Yᵀ form (nm_wgrad's dW = Yᵀ): element (token t, row r) at y[r · ldy + t], moved through a
   // 16 x 16 in-register transpose per tile at its load and store (~128 shuffles against 8192
   // permutes and FMAs of a tile at T 512, 2:4). Only in this form, with start_w set, the first K
@@ -80,9 +82,10 @@ struct NmGemmLaneArgs {
   // kLaneHybridTokens. (Panels of all tokens, 4 times the copying: nm_wgrad at T 8192 x 3072 ->
   // 768 took 262.5 ms against 252-254 with these, one thread, Zen 4.)
   const float* x_panels = nullptr;
-  // The hybrid kernel only: its last K block writes each super-tile's rows of Y with streaming
-  // stores (whole lines, no read for ownership; y 64-byte aligned and ldy a multiple of 16), for
-  // a Y larger than the caches (nm_wgrad's dW).
+  // The last K block writes Y with streaming stores (whole lines, no read for ownership; y 64-byte
+  // aligned and ldy a multiple of 16), for a Y larger than the caches: the hybrid kernel each
+  // super-tile's rows (nm_wgrad's dW), the row-major tile its tokens' two lines when the row block
+  // is whole.
   bool y_stream = false;
 };
 

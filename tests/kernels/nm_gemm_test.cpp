@@ -18,6 +18,7 @@
 
 #include "kernels/gemm_case.h"
 #include "kernels/nm_gemm_avx512.h"
+#include "kernels/nm_gemm_lanes.h"
 #include "kernels/nm_gemm_layout.h"
 #include "kernels/same_operand.h"
 #include "nmsparse/core/isa.h"
@@ -224,6 +225,64 @@ TEST(NmGemm, PermuteKernelBlockingEdges) {
     check_case({37, 4112, 70, {8, 16}, NmAxis::kCols}, seed++);
     check_case({9, 4100, 33, {1, 4}, NmAxis::kRows}, seed++, 1);
     check_case({520, 40, 97, {1, 2}, NmAxis::kRows}, seed++);
+  }
+}
+
+// Sets the permute driver's streamed Y for a scope (nm_gemm_lanes.h).
+class ScopedStreamY {
+ public:
+  explicit ScopedStreamY(bool stream) { detail::set_nm_gemm_lanes_stream_y_override(stream); }
+  ~ScopedStreamY() { detail::set_nm_gemm_lanes_stream_y_override(-1); }
+  ScopedStreamY(const ScopedStreamY&) = delete;
+  ScopedStreamY& operator=(const ScopedStreamY&) = delete;
+};
+
+TEST(NmGemm, PermuteKernelStreamsYWithTheSameBits) {
+  // A large Y is written with streaming stores in the last K block, whole row blocks only, and the
+  // tiles add the bias before they store. Forced on here at small sizes: partial row blocks (80 =
+  // 2 x 32 + 16, 40), one and two K blocks, token tails, a row stride wider than the rows, 1 and 2
+  // threads; every result bit for bit the plain stores' and the scalar path's, bias included.
+  if (isa_supported() < Isa::kAvx512) GTEST_SKIP() << "no AVX-512 on this CPU";
+  ScopedNmGemmKernel permute(NmGemmKernel::kPermute);
+  struct Shape {
+    int64_t tokens, depth, rows, ld;
+    NmPattern pattern;
+  };
+  uint64_t seed = 1200;
+  for (const Shape& s : {Shape{37, 2096, 80, 80, {2, 4}}, Shape{300, 48, 64, 96, {1, 4}},
+                         Shape{19, 160, 40, 48, {4, 8}}}) {
+    SCOPED_TRACE(std::to_string(s.tokens) + " x " + std::to_string(s.depth) + " -> " +
+                 std::to_string(s.rows) + ", ld " + std::to_string(s.ld));
+    const Matrix d = testing::random_nm(s.rows, s.depth, s.pattern, NmAxis::kRows, seed++);
+    const NmGemmOperand a = nm_gemm_pack(nm_compress(d.view(), s.pattern));
+    ASSERT_GT(a.lane_values.size(), 0) << "the permute kernel's operand";
+    const Matrix x = testing::random_matrix(s.tokens, s.depth, seed++);
+    std::vector<float> bias(static_cast<size_t>(s.rows));
+    for (size_t r = 0; r < bias.size(); ++r) bias[r] = 0.125f * float(r % 5) - 0.3f;
+    for (const float* b :
+         {static_cast<const float*>(nullptr), static_cast<const float*>(bias.data())}) {
+      SCOPED_TRACE(b != nullptr ? "with bias" : "no bias");
+      Matrix want(s.tokens, s.ld);
+      {
+        ScopedIsa scalar(Isa::kScalar);
+        nm_gemm(x.view(), a, MatrixViewF(want.data(), s.tokens, s.rows, s.ld), b);
+      }
+      for (int threads : {1, 2}) {
+        for (bool stream : {false, true}) {
+          SCOPED_TRACE(std::string(stream ? "streamed" : "plain") + ", threads " +
+                       std::to_string(threads));
+          ScopedNumThreads scoped_threads(threads);
+          const ScopedStreamY scoped_stream(stream);
+          Matrix y(s.tokens, s.ld);
+          std::fill(y.data(), y.data() + y.size(), -7.0f);
+          nm_gemm(x.view(), a, MatrixViewF(y.data(), s.tokens, s.rows, s.ld), b);
+          for (int64_t t = 0; t < s.tokens; ++t) {
+            ASSERT_EQ(std::memcmp(&y(t, 0), &want(t, 0), sizeof(float) * s.rows), 0) << t;
+            for (int64_t r = s.rows; r < s.ld; ++r) ASSERT_EQ(y(t, r), -7.0f) << t << ", " << r;
+          }
+        }
+      }
+    }
   }
 }
 
