@@ -27,17 +27,18 @@ constexpr int kTileTokens = 8;
 // 1.49 / 1.52x, 128 1.48 / 1.52-1.55x.
 constexpr int64_t kDepthChunks = 128;
 
-// The hybrid route's super-tile stage: its 32 rows x 128 tokens of Y, row r's token t_super + i
+// The hybrid route's super-tile stage: its 32 rows x 64 tokens of Y, row r's token t_super + i
 // at stage[r · kStageLd + i]. A super-tile starts it from the start term (the first K block with
 // a.start_w set: λ · w where the keep byte is 0, 0 where it is not, load_transposed's arithmetic)
 // or from Y (a later K block), its passes load and store their tiles there, and it goes back to Y
 // row by row. In place, a pass's 32 rows of Y, W and the keep bytes (16 KB, 16 KB and 4 KB apart
-// at 4096 features) fell into one L1 set; the stage's rows (576 bytes apart) spread over sets and
-// each row of Y, W and the keep bytes is read or written as 8 consecutive lines. One thread, Zen
+// at 4096 features) fell into one L1 set; the stage's rows (320 bytes apart) spread over sets and
+// each row of Y, W and the keep bytes is read or written as consecutive lines. One thread, Zen
 // 4, T 512 x 4096 -> 4096 2:4: nm_wgrad 117-133 -> 114-117 ms (`bench_wgrad
 // --benchmark_filter=BM_NmWgrad/0/3/1/0`, three alternating runs), the decay's extra cost 15.0 /
 // 16.6 -> 11.2 / 9.1 ms (`--benchmark_filter=NmWgradDecay/3`, two). T 8192 and 2048^3 measured
-// within the noise. Software prefetching the next super-tile's rows changed nothing measurable.
+// within the noise (super-tiles of 128 tokens then). Software prefetching the next super-tile's
+// rows changed nothing measurable.
 constexpr int64_t kStageLd = kLaneHybridTokens + 16;
 
 inline void stage_start_term(const NmGemmLaneArgs& a, int64_t row0, int64_t t_super, float* stage) {
@@ -328,20 +329,26 @@ inline void hybrid_pass(const NmGemmLaneArgs& a, const NmGemmLaneLayout& lay, in
 }
 
 // Hybrid super-tile shape: per row block, kHybridPasses passes cover kHybridRT · kHybridPasses
-// tokens permute-fed and kHybridVA · 16 tokens load-fed (kHybridRA rows per pass): 96 + 32 tokens,
-// 28 zmm registers. Per slot 12 permute-fed and 4 load-fed FMAs against 4 operand loads, 2
-// broadcasts, 2 lane loads and 4 X loads: at 4 (or 8) permute-fed FMAs the loads were the limit.
-// Measured in nm_wgrad, one thread, Zen 4, 2:4, ms at T 2048 2048 x 2048 / T 512 4096 x 4096
-// (`bench_wgrad --benchmark_filter=Kernels`): RT 6 RA 2 VA 2 112.6 / 118.1; RT 6 RA 1 VA 2
-// 124.6 / 118.9; RT 6 RA 1 VA 4 126.3 / 119.6; RT 4 RA 2 VA 2 122.2 / 128.0; RT 4 RA 1 VA 2
-// 128.7 / 135.3; permute-only tiles 118.8 / 123.4. Reading the load-fed rows of X in place (a
-// 16 KB stride between slots) instead of from 32-token panels, at RT 4 RA 2 VA 2: 200.0 / 144.0.
+// tokens permute-fed and kHybridVA · 16 tokens load-fed (kHybridRA rows per pass): 32 + 32 tokens,
+// 24 zmm accumulators and operands. Per slot 8 permute-fed and 8 load-fed FMAs: the FMA pipes
+// full, the shuffle pipes half (bench_port_mix: 1:1 mixes at the register-fed peak), against 4
+// operand loads, 4 broadcasts, 4 lane loads and 8 panel loads. A standalone copy of the kernel,
+// one thread, Zen 4, 2:4, G zmm FMAs/s with every operand in L2 (T 128 x 2048 -> 32) / at T 8192 x
+// 768 -> 3072, 8192 x 3072 -> 768, 2048^3, T 512 4096 x 4096 (nm_wgrad's product): RT 4 RA 4 VA
+// 2 2.96 / 2.69-2.72, 2.68-2.71, 2.68-2.69, 2.55-2.56; RT 6 RA 2 VA 2 (96 + 32 tokens, the shape
+// before) 2.72 / 2.56-2.61, 2.59-2.62, 2.63-2.64, 2.42-2.49; in L2 also RT 4 RA 4 VA 3 2.91, RT 5
+// RA 2 VA 2 2.64, RT 6 RA 4 VA 1 2.62, RT 4 RA 8 VA 1 2.56, RT 4 RA 2 VA 4 2.49, RT 2 RA 4 VA 2
+// 1.97. Earlier, in nm_wgrad, ms at T 2048 2048 x 2048 / T 512 4096 x 4096 (`bench_wgrad
+// --benchmark_filter=Kernels`): RT 6 RA 2 VA 2 112.6 / 118.1; RT 6 RA 1 VA 2 124.6 / 118.9; RT 6
+// RA 1 VA 4 126.3 / 119.6; RT 4 RA 2 VA 2 122.2 / 128.0; RT 4 RA 1 VA 2 128.7 / 135.3;
+// permute-only tiles 118.8 / 123.4. Reading the load-fed rows of X in place (a 16 KB stride
+// between slots) instead of from 32-token panels, at RT 4 RA 2 VA 2: 200.0 / 144.0.
 // Chunks per K block of the hybrid pass: 128, as for tile<8>. 32 (a token block's Xᵀ rows, panels
 // and slab all in L2) measured 274.3 -> 298.1 ms at T 8192 768 -> 3072 and 113.3 -> 131.1 ms at
 // 2048^3 (nm_wgrad, one thread, 2:4).
 constexpr int64_t kHybridDepthChunks = 128;
-constexpr int kHybridRT = 6;
-constexpr int kHybridRA = 2;
+constexpr int kHybridRT = 4;
+constexpr int kHybridRA = 4;
 constexpr int kHybridVA = 2;
 constexpr int kHybridPasses = static_cast<int>(kLaneRows) / kHybridRA;
 static_assert(16 * kHybridVA == kLanePanel && kHybridRT * kHybridPasses == kLaneHybridLoadFirst &&

@@ -23,10 +23,10 @@ namespace nms::detail {
 inline constexpr int64_t kLaneRows = 32;   // rows of A per block: 2 zmm of outputs
 inline constexpr int64_t kLaneChunk = 16;  // columns of K per chunk: one zmm of X
 inline constexpr int64_t kLanePanel = 32;  // tokens per panel of the hybrid kernel's X
-// The hybrid kernel's super-tile (nm_gemm_lanes_avx512.cpp): 128 tokens, the first 96
+// The hybrid kernel's super-tile (nm_gemm_lanes_avx512.cpp): 64 tokens, the first 32
 // permute-fed and the last kLanePanel load-fed (read from a panel of X). Only full super-tiles
 // run hybrid; the tokens after the last one run on the permute-only tile.
-inline constexpr int64_t kLaneHybridTokens = 128;
+inline constexpr int64_t kLaneHybridTokens = 64;
 inline constexpr int64_t kLaneHybridLoadFirst = kLaneHybridTokens - kLanePanel;
 // Tokens per work item of the hybrid kernel: a multiple of its super-tile.
 inline constexpr int64_t kLaneHybridTokenBlock = 256;
@@ -79,8 +79,9 @@ struct NmGemmLaneArgs {
   // each full super-tile j (tokens [j · kLaneHybridTokens, (j + 1) · kLaneHybridTokens)) in panel
   // j, element (token j · kLaneHybridTokens + kLaneHybridLoadFirst + i, column k) at
   // x_panels[(j · depth + k) · kLanePanel + i]; t_begin of every call a multiple of
-  // kLaneHybridTokens. (Panels of all tokens, 4 times the copying: nm_wgrad at T 8192 x 3072 ->
-  // 768 took 262.5 ms against 252-254 with these, one thread, Zen 4.)
+  // kLaneHybridTokens. (Panels of all tokens, with the 128-token super-tiles of before 4 times
+  // the copying: nm_wgrad at T 8192 x 3072 -> 768 took 262.5 ms against 252-254, one thread, Zen
+  // 4.)
   const float* x_panels = nullptr;
   // The last K block writes Y with streaming stores (whole lines, no read for ownership; y 64-byte
   // aligned and ldy a multiple of 16), for a Y larger than the caches: the hybrid kernel each

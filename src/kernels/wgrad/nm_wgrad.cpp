@@ -211,8 +211,8 @@ void wgrad_permute_from_lanes(int64_t out, NmPattern pattern, ConstMatrixViewF x
   // 64.3 against 75.7 ms (two threads); 2048^3 and the T 8192 shapes (4 K blocks) within noise.
   args.y_stream = dw.size() * int64_t{4} >= detail::kWgradStreamBytes &&
                   reinterpret_cast<uintptr_t>(dw.data()) % 64 == 0 && dw.ld() % 16 == 0;
-  // The hybrid kernel's panels of the product's X (= Xᵀ): per full super-tile of 128 in features,
-  // its 32 load-fed ones (columns 96..127 of the super-tile's block of X), T rows.
+  // The hybrid kernel's panels of the product's X (= Xᵀ): per full super-tile of 64 in features,
+  // its 32 load-fed ones (columns 32..63 of the super-tile's block of X), T rows.
   const int64_t panels = in / detail::kLaneHybridTokens;
   const int64_t panel_floats = tokens * detail::kLanePanel;
   const int64_t panels_need = detail::mul_checked(panels, panel_floats, "nm_wgrad X panels");

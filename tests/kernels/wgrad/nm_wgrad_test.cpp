@@ -461,7 +461,7 @@ TEST(NmWgrad, GemmRouteWithPanelPairsAndSinglePanels) {
 
 TEST(NmWgrad, PermuteRouteStreamsTheLastKBlockOfALargeDw) {
   // A dW of at least kWgradStreamBytes, 64-byte aligned with ld % 16 == 0: the permute route's
-  // hybrid super-tiles (128 in features) write their rows with streaming stores in the last K
+  // hybrid super-tiles (64 in features) write their rows with streaming stores in the last K
   // block only (T 64: one block; T 2064: 128 chunks, then 1), the tail tiles (16 in features past
   // the last super-tile) with plain ones. Bit for bit kernel A's result, with the decay, on 1 and
   // 2 threads.
