@@ -27,27 +27,28 @@ constexpr int kTileTokens = 8;
 // 1.49 / 1.52x, 128 1.48 / 1.52-1.55x.
 constexpr int64_t kDepthChunks = 128;
 
-// The hybrid route's super-tile stage: its 32 rows x 64 tokens of Y, row r's token t_super + i
-// at stage[r · kStageLd + i]. A super-tile starts it from the start term (the first K block with
+// The hybrid route's super-tile stage: its 32 rows x 64 or 128 tokens of Y, row r's token t_super +
+// i at stage[r · kStageLd + i]. A super-tile starts it from the start term (the first K block with
 // a.start_w set: λ · w where the keep byte is 0, 0 where it is not, load_transposed's arithmetic)
 // or from Y (a later K block), its passes load and store their tiles there, and it goes back to Y
 // row by row. In place, a pass's 32 rows of Y, W and the keep bytes (16 KB, 16 KB and 4 KB apart
-// at 4096 features) fell into one L1 set; the stage's rows (320 bytes apart) spread over sets and
+// at 4096 features) fell into one L1 set; the stage's rows (576 bytes apart) spread over sets and
 // each row of Y, W and the keep bytes is read or written as consecutive lines. One thread, Zen
 // 4, T 512 x 4096 -> 4096 2:4: nm_wgrad 117-133 -> 114-117 ms (`bench_wgrad
 // --benchmark_filter=BM_NmWgrad/0/3/1/0`, three alternating runs), the decay's extra cost 15.0 /
 // 16.6 -> 11.2 / 9.1 ms (`--benchmark_filter=NmWgradDecay/3`, two). T 8192 and 2048^3 measured
-// within the noise (super-tiles of 128 tokens then). Software prefetching the next super-tile's
-// rows changed nothing measurable.
-constexpr int64_t kStageLd = kLaneHybridTokens + 16;
+// within the noise (super-tiles of 128 tokens). Software prefetching the next super-tile's rows
+// changed nothing measurable.
+constexpr int64_t kStageLd = kLaneHybridMaxTokens + 16;
 
-inline void stage_start_term(const NmGemmLaneArgs& a, int64_t row0, int64_t t_super, float* stage) {
+inline void stage_start_term(const NmGemmLaneArgs& a, int64_t row0, int64_t t_super, int64_t super,
+                             float* stage) {
   const __m512 lambda = _mm512_set1_ps(a.start_lambda);
   const int64_t rows = std::min<int64_t>(kLaneRows, a.rows - row0);
   for (int64_t r = 0; r < rows; ++r) {
     const float* w = a.start_w + (row0 + r) * a.start_ldw + t_super;
     const uint8_t* keep = a.start_keep + (row0 + r) * a.start_ldkeep + t_super;
-    for (int64_t i = 0; i < kLaneHybridTokens; i += 16) {
+    for (int64_t i = 0; i < super; i += 16) {
       const __m512i k32 =
           _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(keep + i)));
       _mm512_store_ps(
@@ -206,23 +207,24 @@ inline void store_staged(float* dst, int64_t real, const __m512 acc0[RT], const 
 }
 
 // Y's rows of a super-tile into its stage (a later K block), and the stage back into Y (real rows).
-inline void stage_from_y(const NmGemmLaneArgs& a, int64_t row0, int64_t t_super, float* stage) {
+inline void stage_from_y(const NmGemmLaneArgs& a, int64_t row0, int64_t t_super, int64_t super,
+                         float* stage) {
   const int64_t rows = std::min<int64_t>(kLaneRows, a.rows - row0);
   for (int64_t r = 0; r < rows; ++r) {
     const float* y = a.y + (row0 + r) * a.ldy + t_super;
-    for (int64_t i = 0; i < kLaneHybridTokens; i += 16) {
+    for (int64_t i = 0; i < super; i += 16) {
       _mm512_store_ps(stage + r * kStageLd + i, _mm512_loadu_ps(y + i));
     }
   }
 }
 
 // `stream`: whole lines around the cache (a.y_stream, the last K block).
-inline void stage_to_y(const NmGemmLaneArgs& a, int64_t row0, int64_t t_super, const float* stage,
-                       bool stream) {
+inline void stage_to_y(const NmGemmLaneArgs& a, int64_t row0, int64_t t_super, int64_t super,
+                       const float* stage, bool stream) {
   const int64_t rows = std::min<int64_t>(kLaneRows, a.rows - row0);
   for (int64_t r = 0; r < rows; ++r) {
     float* y = a.y + (row0 + r) * a.ldy + t_super;
-    for (int64_t i = 0; i < kLaneHybridTokens; i += 16) {
+    for (int64_t i = 0; i < super; i += 16) {
       const __m512 v = _mm512_load_ps(stage + r * kStageLd + i);
       if (stream) {
         _mm512_stream_ps(y + i, v);
@@ -265,7 +267,9 @@ inline void hybrid_pass(const NmGemmLaneArgs& a, const NmGemmLaneLayout& lay, in
                       : _mm512_load_ps(stage + (ra0 + r) * kStageLd + (t - t_super));
     }
   }
-  const float* panel = a.x_panels + ta / kLaneHybridTokens * a.depth * kLanePanel;
+  constexpr int64_t kSuper = RT * (kLaneRows / RA) + 16 * VA;
+  static_assert(16 * VA == kLanePanel && kLaneHybridTokenBlock % kSuper == 0);
+  const float* panel = a.x_panels + ta / kSuper * a.depth * kLanePanel;
   const int64_t per_chunk = lay.slots_per_chunk;
   const int64_t full = std::min(c1, a.depth / kLaneChunk);
   for (int64_t c = c0; c < full; ++c) {
@@ -328,31 +332,47 @@ inline void hybrid_pass(const NmGemmLaneArgs& a, const NmGemmLaneLayout& lay, in
   }
 }
 
-// Hybrid super-tile shape: per row block, kHybridPasses passes cover kHybridRT · kHybridPasses
-// tokens permute-fed and kHybridVA · 16 tokens load-fed (kHybridRA rows per pass): 32 + 32 tokens,
-// 24 zmm accumulators and operands. Per slot 8 permute-fed and 8 load-fed FMAs: the FMA pipes
-// full, the shuffle pipes half (bench_port_mix: 1:1 mixes at the register-fed peak), against 4
-// operand loads, 4 broadcasts, 4 lane loads and 8 panel loads. A standalone copy of the kernel,
-// one thread, Zen 4, 2:4, G zmm FMAs/s with every operand in L2 (T 128 x 2048 -> 32) / at T 8192 x
-// 768 -> 3072, 8192 x 3072 -> 768, 2048^3, T 512 4096 x 4096 (nm_wgrad's product): RT 4 RA 4 VA
-// 2 2.96 / 2.69-2.72, 2.68-2.71, 2.68-2.69, 2.55-2.56; RT 6 RA 2 VA 2 (96 + 32 tokens, the shape
-// before) 2.72 / 2.56-2.61, 2.59-2.62, 2.63-2.64, 2.42-2.49; in L2 also RT 4 RA 4 VA 3 2.91, RT 5
-// RA 2 VA 2 2.64, RT 6 RA 4 VA 1 2.62, RT 4 RA 8 VA 1 2.56, RT 4 RA 2 VA 4 2.49, RT 2 RA 4 VA 2
-// 1.97. Earlier, in nm_wgrad, ms at T 2048 2048 x 2048 / T 512 4096 x 4096 (`bench_wgrad
-// --benchmark_filter=Kernels`): RT 6 RA 2 VA 2 112.6 / 118.1; RT 6 RA 1 VA 2 124.6 / 118.9; RT 6
-// RA 1 VA 4 126.3 / 119.6; RT 4 RA 2 VA 2 122.2 / 128.0; RT 4 RA 1 VA 2 128.7 / 135.3;
-// permute-only tiles 118.8 / 123.4. Reading the load-fed rows of X in place (a 16 KB stride
-// between slots) instead of from 32-token panels, at RT 4 RA 2 VA 2: 200.0 / 144.0.
+// Hybrid super-tile shapes (lane_hybrid_tokens): per row block, 32 / RA passes, each RT tokens
+// permute-fed and RA rows x 16 · VA tokens load-fed.
+// - RT 4 RA 4 VA 2 (32 + 32 tokens; 24 zmm of accumulators and operands) where a chunk holds 8 or
+//   more slots: per slot 8 permute-fed and 8 load-fed FMAs, the FMA pipes full and the shuffle
+//   pipes half (bench_port_mix: 1:1 mixes run at the register-fed peak), against 4 operand loads,
+//   4 broadcasts, 4 lane loads and 8 panel loads.
+// - RT 6 RA 2 VA 2 (96 + 32 tokens; 28 zmm) at 1:4, whose chunks hold 4 slots: 12 + 4 FMAs per
+//   slot; the narrow shape's 8 load-fed FMAs per slot made 1:4 slower (below).
+// A standalone copy of the kernel, one thread, Zen 4, G zmm FMAs/s at 2:4 with every operand in
+// L2 (T 128 x 2048 -> 32) / ms at T 8192 x 768 -> 3072, 8192 x 3072 -> 768 and 2048^3 (nm_wgrad's
+// product): RT 4 RA 4 VA 2 2.96 / 222-225, 222-225, 99.7-100.2 ms; RT 6 RA 2 VA 2 2.72 / 231-236,
+// 231-233, 101.8-101.9 ms; in L2 also RT 4 RA 4 VA 3 2.91, RT 5 RA 2 VA 2 2.64, RT 6 RA 4 VA 1
+// 2.62, RT 4 RA 8 VA 1 2.56, RT 4 RA 2 VA 4 2.49, RT 2 RA 4 VA 2 1.97. At 1:4 (T 8192 x 768 ->
+// 3072, 2048^3): RT 6 RA 2 VA 2 128.7 / 56.9 ms, RT 4 RA 4 VA 2 145.0 / 63.8; at 1:2 225.8 / 98.4
+// against 230.4 / 101.4. Earlier, in nm_wgrad, ms at T 2048 2048 x 2048 / T 512 4096 x 4096
+// (`bench_wgrad --benchmark_filter=Kernels`): RT 6 RA 2 VA 2 112.6 / 118.1; RT 6 RA 1 VA 2 124.6
+// / 118.9; RT 6 RA 1 VA 4 126.3 / 119.6; RT 4 RA 2 VA 2 122.2 / 128.0; RT 4 RA 1 VA 2 128.7 /
+// 135.3; permute-only tiles 118.8 / 123.4. Reading the load-fed rows of X in place (a 16 KB
+// stride between slots) instead of from 32-token panels, at RT 4 RA 2 VA 2: 200.0 / 144.0.
 // Chunks per K block of the hybrid pass: 128, as for tile<8>. 32 (a token block's Xᵀ rows, panels
 // and slab all in L2) measured 274.3 -> 298.1 ms at T 8192 768 -> 3072 and 113.3 -> 131.1 ms at
 // 2048^3 (nm_wgrad, one thread, 2:4).
 constexpr int64_t kHybridDepthChunks = 128;
-constexpr int kHybridRT = 4;
-constexpr int kHybridRA = 4;
-constexpr int kHybridVA = 2;
-constexpr int kHybridPasses = static_cast<int>(kLaneRows) / kHybridRA;
-static_assert(16 * kHybridVA == kLanePanel && kHybridRT * kHybridPasses == kLaneHybridLoadFirst &&
-              kLaneHybridTokenBlock % kLaneHybridTokens == 0);
+
+// One super-tile of row block b over chunks [c0, c1): its stage from Y or the start term, the
+// passes of hybrid_pass<RT, RA, VA>, and the stage back to Y.
+template <int RT, int RA, int VA>
+void hybrid_super_tile(const NmGemmLaneArgs& a, const NmGemmLaneLayout& lay, int64_t t0, int64_t b,
+                       int64_t c0, int64_t c1, float* stage) {
+  constexpr int kPasses = static_cast<int>(kLaneRows) / RA;
+  constexpr int64_t kSuper = RT * kPasses + 16 * VA;
+  if (c0 > 0) {
+    stage_from_y(a, kLaneRows * b, t0, kSuper, stage);
+  } else if (a.start_w != nullptr) {
+    stage_start_term(a, kLaneRows * b, t0, kSuper, stage);
+  }
+  for (int p = 0; p < kPasses; ++p) {
+    hybrid_pass<RT, RA, VA>(a, lay, t0 + RT * p, t0 + RT * kPasses, b, RA * p, c0, c1, stage, t0);
+  }
+  stage_to_y(a, kLaneRows * b, t0, kSuper, stage, a.y_stream && c1 == lay.chunks);
+}
 
 template <int RT>
 void tile_tail(const NmGemmLaneArgs& a, const NmGemmLaneLayout& lay, int rt, int64_t t0, int64_t b,
@@ -378,18 +398,13 @@ void nm_gemm_lanes_avx512(const NmGemmLaneArgs& a, int64_t t_begin, int64_t t_en
       int64_t t0 = t_begin;
       if (a.x_panels != nullptr) {
         alignas(64) float stage[kLaneRows * kStageLd];
-        for (; t0 + kLaneHybridTokens <= t_end; t0 += kLaneHybridTokens) {
-          if (c0 > 0) {
-            stage_from_y(a, kLaneRows * b, t0, stage);
-          } else if (a.start_w != nullptr) {
-            stage_start_term(a, kLaneRows * b, t0, stage);
+        const int64_t super = lane_hybrid_tokens(a.n, a.m);
+        for (; t0 + super <= t_end; t0 += super) {
+          if (super == 64) {
+            hybrid_super_tile<4, 4, 2>(a, lay, t0, b, c0, c1, stage);
+          } else {
+            hybrid_super_tile<6, 2, 2>(a, lay, t0, b, c0, c1, stage);
           }
-          for (int p = 0; p < kHybridPasses; ++p) {
-            hybrid_pass<kHybridRT, kHybridRA, kHybridVA>(a, lay, t0 + kHybridRT * p,
-                                                         t0 + kLaneHybridLoadFirst, b,
-                                                         kHybridRA * p, c0, c1, stage, t0);
-          }
-          stage_to_y(a, kLaneRows * b, t0, stage, a.y_stream && c1 == lay.chunks);
         }
       }
       for (; t0 + kTileTokens <= t_end; t0 += kTileTokens) {

@@ -23,12 +23,16 @@ namespace nms::detail {
 inline constexpr int64_t kLaneRows = 32;   // rows of A per block: 2 zmm of outputs
 inline constexpr int64_t kLaneChunk = 16;  // columns of K per chunk: one zmm of X
 inline constexpr int64_t kLanePanel = 32;  // tokens per panel of the hybrid kernel's X
-// The hybrid kernel's super-tile (nm_gemm_lanes_avx512.cpp): 64 tokens, the first 32
-// permute-fed and the last kLanePanel load-fed (read from a panel of X). Only full super-tiles
+// The hybrid kernel's super-tile (nm_gemm_lanes_avx512.cpp): its last kLanePanel tokens load-fed
+// (read from a panel of X), the ones before permute-fed: 32 + 32 tokens where a chunk holds 8 or
+// more slots, 96 + 32 where it holds fewer (1:4's 4 slots: there the 8 load-fed FMAs per slot of
+// the narrow shape and its X rows loaded per chunk left the loads the limit). Only full super-tiles
 // run hybrid; the tokens after the last one run on the permute-only tile.
-inline constexpr int64_t kLaneHybridTokens = 64;
-inline constexpr int64_t kLaneHybridLoadFirst = kLaneHybridTokens - kLanePanel;
-// Tokens per work item of the hybrid kernel: a multiple of its super-tile.
+inline constexpr int64_t lane_hybrid_tokens(int n, int m) {
+  return 16 / m * n >= 8 ? 64 : 128;
+}
+inline constexpr int64_t kLaneHybridMaxTokens = 128;
+// Tokens per work item of the hybrid kernel: a multiple of its super-tiles.
 inline constexpr int64_t kLaneHybridTokenBlock = 256;
 
 struct NmGemmLaneLayout {
@@ -75,13 +79,12 @@ struct NmGemmLaneArgs {
   const uint8_t* start_keep = nullptr;  // [rows, tokens] bytes, row stride start_ldkeep
   int64_t start_ldkeep = 0;
   float start_lambda = 0.0f;
-  // The hybrid kernel (Yᵀ form only; null for the permute-only kernel): the load-fed tokens of
-  // each full super-tile j (tokens [j · kLaneHybridTokens, (j + 1) · kLaneHybridTokens)) in panel
-  // j, element (token j · kLaneHybridTokens + kLaneHybridLoadFirst + i, column k) at
-  // x_panels[(j · depth + k) · kLanePanel + i]; t_begin of every call a multiple of
-  // kLaneHybridTokens. (Panels of all tokens, with the 128-token super-tiles of before 4 times
-  // the copying: nm_wgrad at T 8192 x 3072 -> 768 took 262.5 ms against 252-254, one thread, Zen
-  // 4.)
+  // The hybrid kernel (Yᵀ form only; null for the permute-only kernel): with S =
+  // lane_hybrid_tokens(n, m), the load-fed tokens of each full super-tile j (tokens [j · S, (j +
+  // 1) · S)) in panel j, element (token (j + 1) · S − kLanePanel + i, column k) at
+  // x_panels[(j · depth + k) · kLanePanel + i]; t_begin of every call a multiple of S. (Panels of
+  // all tokens, with super-tiles of 128, 4 times the copying: nm_wgrad at T 8192 x 3072 -> 768
+  // took 262.5 ms against 252-254, one thread, Zen 4.)
   const float* x_panels = nullptr;
   // The last K block writes Y with streaming stores (whole lines, no read for ownership; y 64-byte
   // aligned and ldy a multiple of 16), for a Y larger than the caches: the hybrid kernel each

@@ -211,14 +211,15 @@ void wgrad_permute_from_lanes(int64_t out, NmPattern pattern, ConstMatrixViewF x
   // 64.3 against 75.7 ms (two threads); 2048^3 and the T 8192 shapes (4 K blocks) within noise.
   args.y_stream = dw.size() * int64_t{4} >= detail::kWgradStreamBytes &&
                   reinterpret_cast<uintptr_t>(dw.data()) % 64 == 0 && dw.ld() % 16 == 0;
-  // The hybrid kernel's panels of the product's X (= Xᵀ): per full super-tile of 64 in features,
-  // its 32 load-fed ones (columns 32..63 of the super-tile's block of X), T rows.
-  const int64_t panels = in / detail::kLaneHybridTokens;
+  // The hybrid kernel's panels of the product's X (= Xᵀ): per full super-tile of `super` in
+  // features, its last 32, the load-fed ones, T rows.
+  const int64_t super = detail::lane_hybrid_tokens(pattern.n, pattern.m);
+  const int64_t panels = in / super;
   const int64_t panel_floats = tokens * detail::kLanePanel;
   const int64_t panels_need = detail::mul_checked(panels, panel_floats, "nm_wgrad X panels");
   if (w.x_panels.size() < panels_need) w.x_panels.resize_for_overwrite(panels_need);
   detail::parallel_for(panels, [&](int64_t p) {
-    const int64_t c = p * detail::kLaneHybridTokens + detail::kLaneHybridLoadFirst;
+    const int64_t c = (p + 1) * super - detail::kLanePanel;
     float* dst = w.x_panels.data() + p * panel_floats;
     for (int64_t t = 0; t < tokens; ++t, dst += detail::kLanePanel) {
       std::memcpy(dst, x.row(t) + c, detail::kLanePanel * sizeof(float));

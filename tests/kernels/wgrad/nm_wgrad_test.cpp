@@ -164,6 +164,11 @@ TEST(NmWgrad, PermuteTileEdges) {
   for (NmPattern p : {NmPattern{8, 16}, NmPattern{1, 2}, NmPattern{4, 8}}) {
     for (int64_t tokens : {16, 48, 2064}) check_case({tokens, 10, 40, p}, seed++, 2);
   }
+  // The hybrid super-tiles: 64 in features where a chunk of 16 tokens holds 8 or more slots, 128
+  // at 1:4 (lane_hybrid_tokens), each with a tail of permute-only tiles.
+  for (NmPattern p : {NmPattern{1, 4}, NmPattern{1, 2}, NmPattern{3, 4}}) {
+    for (int64_t in : {63, 64, 127, 128, 129, 300}) check_case({36, in, 40, p}, seed++, 1);
+  }
 }
 
 TEST(NmWgrad, TokenBlockEdges) {
