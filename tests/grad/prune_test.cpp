@@ -172,12 +172,14 @@ TEST(GradPrune, ColumnKernelsEmitEveryIndexWidth) {
   // 128-bit word when n · bits <= 120 (fields at every bit offset within a byte: 3:7's 9 bits,
   // 7:8's 21, 5:12's 20; 24:32's 120 at the limit) and ORs them field by field above it (25:32's
   // 125, 32:64's 192): both must give nm_compress's bytes, across a 512-column strip and its tail
-  // (the vector kernels need a multiple of 4 columns).
-  const NmPattern patterns[] = {{3, 7}, {7, 8}, {5, 12}, {1, 8}, {24, 32}, {25, 32}, {32, 64}};
+  // (the vector kernels need a multiple of 4 columns). 1:2, 1:3 and 1:4 hold 16 group rows per
+  // column and write them at once: 38 group rows make two runs of 16 and a tail of 6.
+  const NmPattern patterns[] = {{3, 7},   {7, 8},   {5, 12}, {1, 8}, {24, 32},
+                                {25, 32}, {32, 64}, {1, 2},  {1, 3}, {1, 4}};
   uint64_t seed = 40;
   for (const NmPattern p : patterns) {
     SCOPED_TRACE(p.to_string());
-    const Matrix g = make_input(0, p.m * 6, 532, seed++);
+    const Matrix g = make_input(0, p.m * (p.n == 1 && p.m <= 4 ? 38 : 6), 532, seed++);
     const GradPruneOptions o{GradMethod::kMvue, p, NmAxis::kCols, seed, 2};
     const Matrix ref = detail::grad_prune_reference(g.view(), o);
     for (Isa isa : isa_levels()) {
