@@ -772,10 +772,10 @@ inline void emit_generic(const __m512* out, int n, int m, int bits, const IndexC
 }
 
 // 1:m with 16 index fields in 32 bits (m <= 4: 1:2, 1:3, 1:4): each group keeps one value, so
-// 16 group rows of a 16-column block are held in registers-sized rows and written per column
-// as one run of 16 values and 2 · bits index bytes, instead of 16 single-value stores and
-// read-modify-writes of index bytes per group row (emit_vector). MVUE 1:2 of dY 8192 x 3072
-// along tokens, compressed, one thread, Zen 4: 151 -> ... ms.
+// the results of 16 group rows of each 16-column block are held and then written per column as
+// one run of 16 values and 2 · bits index bytes, instead of a transpose, 16 single-value stores
+// and 16 read-modify-writes of index bytes per group row (emit_vector). MVUE of dY 8192 x 3072
+// along tokens, compressed, one thread, Zen 4: 1:2 151 -> 63-67 ms, 1:4 81.5 -> 38 ms.
 struct OneOfMRows {
   alignas(64) float values[kColsMaxBlocks][16][16];  // [block][group row % 16][column]
   __m512i index[kColsMaxBlocks];                     // lane: the fields of 16 group rows
