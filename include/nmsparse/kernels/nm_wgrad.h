@@ -99,14 +99,14 @@ struct NmWgradDecay {
 //   kPermute the hybrid form of nm_gemm's permute kernel on the same product
 //            (nm_gemm_lanes_layout.h): dYᵀ in its lane form (O(out · T · n/m) per call), X
 //            transposed and in 32-column panels (O(T · in) each); per walk over a row block's
-//            slots, permute-fed FMAs for 6 in features x 32 out features (16 out features per
+//            slots, permute-fed FMAs for 4 in features x 32 out features (16 out features per
 //            vector, the tile of dWᵀ transposed in registers as it is loaded and stored) and
-//            load-fed FMAs for 2 out features x 32 in features, to balance the shuffle and load
-//            ports; where m divides 16 (kPanels otherwise);
-//   kAuto    at AVX-512, kPermute where nm_gemm_kernel_active() is the permute kernel, m <= 4
-//            and X has at least 512 columns; otherwise kGemm for a large dW and short T, where
-//            kernel A's sweeps of dW dominate, and kPanels for the rest. At AVX2, kGemm (2.1-2.2x
-//            faster than A on Zen 2). Measured in nm_wgrad.cpp.
+//            load-fed FMAs for 4 out features x 32 in features, to balance the shuffle and FMA
+//            pipes (6 and 2 at 1:4); where m divides 16 (kPanels otherwise);
+//   kAuto    at AVX-512, kPermute where nm_gemm_kernel_active() is the permute kernel, m
+//            divides 16 and X has at least 512 columns; otherwise kGemm for a large dW and short T,
+//            where kernel A's sweeps of dW dominate, and kPanels for the rest. At AVX2, kGemm
+//            (2.1-2.2x faster than A on Zen 2). Measured in nm_wgrad.cpp.
 enum class NmWgradKernel { kAuto, kPanels, kGemm, kPermute };
 
 // dW = dYᵀ · X (+ the decay term when `decay` is given). dy: kCols compression of dY [T, out];

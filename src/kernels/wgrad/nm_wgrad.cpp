@@ -163,19 +163,23 @@ bool use_gemm_kernel(NmWgradKernel kernel, Isa isa, int64_t tokens, int64_t in, 
 }
 
 #if defined(NMS_HAVE_AVX512_KERNELS)
-// kAuto: the hybrid permute kernel where nm_gemm's permute kernel is the active one (Zen 4),
-// m <= 4 and X has at least 512 columns. Measured, one thread, Zen 4, ms (panels / gemm /
-// permute; `bench_wgrad --benchmark_filter=Kernels`): 2:4 T x in -> out 8192 x 768 -> 3072 317.8 /
-// 319.7 / 278.6, 8192 x 3072 -> 768 305.6 / 290.3 / 271.3, 2048 x 2048 -> 2048 135.7 / 128.4 /
-// 112.6, 512 x 4096 -> 4096 131.0 / 123.6 / 118.1, 512 x 784 -> 4096 26.1 / 27.9 / 25.3; T 8192 x
-// 768 -> 3072 at 1:4 150.1 / - / 148.6, 4:8 269.1 / - / 277.8, 8:16 271.1 / - / 277.9. Narrow X
-// (the vision transformer's 192 features) is kernel A's: 6400 x 192 -> 768 15.1 / 20.5 / 20.9, 6400
-// x 192 -> 576 11.0 / 15.1 / 16.2, 6400 x 768 -> 192 15.9 / 14.9 / 16.8 (a second run), and kernel
-// A's direct micro-tile (m = 4) has since taken 6400 x 192 -> 768 to 13.5 ms.
+// kAuto: the hybrid permute kernel where nm_gemm's permute kernel is the active one (Zen 4), m
+// divides 16 and X has at least 512 columns. m <= 4 before the hybrid's 32 + 32-token super-tiles;
+// with them, 4:8 / 8:16 ms (nm_gemm's broadcast kernel / permute, MVUE of dY included, one
+// thread, `nmsparse bench kernels --gemms weight_grad`): T 8192 x 768 -> 3072 406.0 / 304.4,
+// 339.6 / 299.4; 8192 x 3072 -> 768 276.4 / 255.5, 275.2 / 252.8; 2048^3 124.5 / 110.0, 123.2 /
+// 110.1; 512 x 4096 -> 4096 114.1 / 107.0, 114.2 / 107.2. Earlier, one thread, Zen 4, ms (panels /
+// gemm / permute; `bench_wgrad --benchmark_filter=Kernels`): 2:4 T x in -> out 8192 x 768 -> 3072
+// 317.8 / 319.7 / 278.6, 8192 x 3072 -> 768 305.6 / 290.3 / 271.3, 2048 x 2048 -> 2048 135.7 /
+// 128.4 / 112.6, 512 x 4096 -> 4096 131.0 / 123.6 / 118.1, 512 x 784 -> 4096 26.1 / 27.9 / 25.3; T
+// 8192 x 768 -> 3072 at 1:4 150.1 / - / 148.6, 4:8 269.1 / - / 277.8, 8:16 271.1 / - / 277.9.
+// Narrow X (the vision transformer's 192 features) is kernel A's: 6400 x 192 -> 768 15.1 / 20.5
+// / 20.9, 6400 x 192 -> 576 11.0 / 15.1 / 16.2, 6400 x 768 -> 192 15.9 / 14.9 / 16.8 (a second
+// run), and kernel A's direct micro-tile (m = 4) has since taken 6400 x 192 -> 768 to 13.5 ms.
 bool use_permute_kernel(NmWgradKernel kernel, NmPattern pattern, int64_t in) {
   if (detail::kLaneChunk % pattern.m != 0) return false;
   if (kernel == NmWgradKernel::kAuto) {
-    return pattern.m <= 4 && in >= 512 && nm_gemm_kernel_active() == NmGemmKernel::kPermute;
+    return in >= 512 && nm_gemm_kernel_active() == NmGemmKernel::kPermute;
   }
   return kernel == NmWgradKernel::kPermute;
 }
