@@ -821,13 +821,68 @@ inline void flush_one_of_m(const OneOfMRows& held, int64_t blocks, int64_t rows,
   }
 }
 
+// Where mvue_cols_m writes: its compressed or dense form (lanes == nullptr), or nm_wgrad's lane
+// form (mvue_lanes_avx512).
+struct LaneSink {
+  float* values = nullptr;
+  int32_t* lanes = nullptr;
+  int64_t chunks = 0;  // 16-token chunks of the whole matrix
+};
+
+// Group kg's (absolute group row) results of 16 columns from column c (c % 16 == 0) into the
+// lane form: the kept positions (the nonzero results, then the lowest others up to n) in
+// increasing order, value and in-chunk token per slot. Slot s is taken by a position in [s, s + m
+// - n], so each slot looks at m - n + 1 of them.
+template <int M>
+inline void emit_lane_slots(const __m512* out, int n, int m, int64_t kg, int64_t c,
+                            const LaneSink& sink) {
+  if constexpr (M > 0) m = M;
+  const int per_chunk = 16 / m;
+  const int64_t chunk = kg / per_chunk;
+  const int j = static_cast<int>(kg % per_chunk);
+  __mmask16 kept[16];
+  __m512i count = _mm512_setzero_si512();
+  const __m512i one = _mm512_set1_epi32(1);
+  for (int i = 0; i < m; ++i) {
+    kept[i] = _mm512_cmp_ps_mask(out[i], _mm512_setzero_ps(), _CMP_NEQ_UQ);
+    count = _mm512_mask_add_epi32(count, kept[i], count, one);
+  }
+  for (int i = 0; i < m; ++i) {  // the lowest unkept positions while fewer than n are kept
+    const __mmask16 fill = static_cast<__mmask16>(
+        _mm512_cmplt_epi32_mask(count, _mm512_set1_epi32(n)) & static_cast<__mmask16>(~kept[i]));
+    kept[i] = static_cast<__mmask16>(kept[i] | fill);
+    count = _mm512_mask_add_epi32(count, fill, count, one);
+  }
+  __m512i before[16];  // kept positions before position i, per lane
+  __m512i running = _mm512_setzero_si512();
+  for (int i = 0; i < m; ++i) {
+    before[i] = running;
+    running = _mm512_mask_add_epi32(running, kept[i], running, one);
+  }
+  const int64_t at = (((c / 32) * sink.chunks + chunk) * per_chunk * n + j * n) * 32 + c % 32;
+  for (int s = 0; s < n; ++s) {
+    __m512 value = _mm512_setzero_ps();
+    __m512i lane = _mm512_setzero_si512();
+    const __m512i slot = _mm512_set1_epi32(s);
+    for (int i = s; i <= s + m - n; ++i) {
+      const __mmask16 here = _mm512_mask_cmpeq_epi32_mask(kept[i], before[i], slot);
+      value = _mm512_mask_mov_ps(value, here, out[i]);
+      lane = _mm512_mask_mov_epi32(lane, here, _mm512_set1_epi32(j * m + i));
+    }
+    _mm512_stream_ps(sink.values + at + 32 * s, value);
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(sink.lanes + at + 32 * s), lane);
+  }
+}
+
 // mvue_cols_avx512 for group size M (0: m at run time). With m known, the loops over a group's
 // elements unroll: MVUE of dY 8192 x 3072 along tokens, compressed, one thread, Zen 4, ms with m
 // at run time / fixed: 1:2 63-67 / 49-52, 1:4 38 / 35, 4:8 58 / 56-58, 8:16 55-58 / 52.
+// Group rows from row0 (their ids; src points at group row row0), into `lane` when it is set.
 template <int M>
 bool mvue_cols_m(const float* src, int64_t ld, int n, int m, int64_t group_rows, int64_t blocks,
-                 int64_t cols, int64_t col0, const Mvue24Key& key, float* dense, int64_t dense_ld,
-                 float* values, int64_t value_ld, uint8_t* indices, int64_t index_ld, int bits) {
+                 int64_t cols, int64_t row0, int64_t col0, const Mvue24Key& key, float* dense,
+                 int64_t dense_ld, float* values, int64_t value_ld, uint8_t* indices,
+                 int64_t index_ld, int bits, const LaneSink* lane) {
   if constexpr (M > 0) m = M;
   __mmask16 bad = 0;
   const PhiloxRounds rounds = philox_rounds(key);
@@ -842,7 +897,7 @@ bool mvue_cols_m(const float* src, int64_t ld, int n, int m, int64_t group_rows,
   const IndexChunks chunks =
       bits > 0 && m <= 32 && n * bits <= kIndexWordBits ? index_chunks(m, bits) : IndexChunks{};
   const IndexChunks* vector_emit = chunks.chunks > 0 ? &chunks : nullptr;
-  const bool one_of = dense == nullptr && n == 1 && 16 * bits <= 32;
+  const bool one_of = lane == nullptr && dense == nullptr && n == 1 && 16 * bits <= 32;
   OneOfMRows held_rows;  // 34 KB of stack, used by one_of only
   OneOfMRows* const held = &held_rows;
   for (int64_t kk0 = 0; kk0 < group_rows; kk0 += 4) {
@@ -850,7 +905,7 @@ bool mvue_cols_m(const float* src, int64_t ld, int n, int m, int64_t group_rows,
     const int batches = left < 4 ? static_cast<int>(left) : 4;
     for (int64_t blk = 0; blk < blocks; ++blk) {
       __m512i w[1][4];
-      const uint64_t first = static_cast<uint64_t>(kk0 * cols + col0 + 16 * blk) >> 2;
+      const uint64_t first = static_cast<uint64_t>((row0 + kk0) * cols + col0 + 16 * blk) >> 2;
       philox16<1>(&first, block_lo, block_hi, rounds, w);
       interleave4(w[0], uw[blk]);
     }
@@ -867,7 +922,9 @@ bool mvue_cols_m(const float* src, int64_t ld, int n, int m, int64_t group_rows,
           x[i] = _mm512_loadu_ps(p + i * ld);
         }
         mvue_generic16<M>(x, n, m, uw[blk][j], out, bad);
-        if (dense != nullptr) {
+        if (lane != nullptr) {
+          emit_lane_slots<M>(out, n, m, row0 + kk, col0 + c, *lane);
+        } else if (dense != nullptr) {
           float* d = dense + kk * m * dense_ld + c;
           for (int i = 0; i < m; ++i) _mm512_storeu_ps(d + i * dense_ld, out[i]);
         } else if (one_of) {
@@ -889,20 +946,14 @@ bool mvue_cols_m(const float* src, int64_t ld, int n, int m, int64_t group_rows,
       }
     }
   }
+  if (lane != nullptr) _mm_sfence();  // streamed stores before the caller's synchronisation
   return bad == 0;
 }
 
-}  // namespace
-
-bool mvue_cols_avx512(const float* src, int64_t ld, int n, int m, int64_t group_rows,
-                      int64_t blocks, int64_t cols, int64_t col0, const Mvue24Key& key,
-                      float* dense, int64_t dense_ld, float* values, int64_t value_ld,
-                      uint8_t* indices, int64_t index_ld, int bits) {
-  const auto run = [&](auto fixed) {
-    return mvue_cols_m<decltype(fixed)::value>(src, ld, n, m, group_rows, blocks, cols, col0, key,
-                                               dense, dense_ld, values, value_ld, indices, index_ld,
-                                               bits);
-  };
+// mvue_cols_m instantiated for m = 2, 4, 8, 16 and at run time: run(std::integral_constant<int,
+// M>) calls the right one.
+template <class Run>
+bool with_fixed_m(int m, Run&& run) {
   switch (m) {
     case 2:
       return run(std::integral_constant<int, 2>{});
@@ -915,6 +966,29 @@ bool mvue_cols_avx512(const float* src, int64_t ld, int n, int m, int64_t group_
     default:
       return run(std::integral_constant<int, 0>{});
   }
+}
+
+}  // namespace
+
+bool mvue_cols_avx512(const float* src, int64_t ld, int n, int m, int64_t group_rows,
+                      int64_t blocks, int64_t cols, int64_t col0, const Mvue24Key& key,
+                      float* dense, int64_t dense_ld, float* values, int64_t value_ld,
+                      uint8_t* indices, int64_t index_ld, int bits) {
+  return with_fixed_m(m, [&](auto fixed) {
+    return mvue_cols_m<decltype(fixed)::value>(src, ld, n, m, group_rows, blocks, cols, 0, col0,
+                                               key, dense, dense_ld, values, value_ld, indices,
+                                               index_ld, bits, nullptr);
+  });
+}
+
+bool mvue_lanes_avx512(const float* src, int64_t ld, int n, int m, int64_t group_rows,
+                       int64_t blocks, int64_t cols, int64_t row0, int64_t col0,
+                       const Mvue24Key& key, int64_t chunks, float* values, int32_t* lanes) {
+  const LaneSink sink{values, lanes, chunks};
+  return with_fixed_m(m, [&](auto fixed) {
+    return mvue_cols_m<decltype(fixed)::value>(src, ld, n, m, group_rows, blocks, cols, row0, col0,
+                                               key, nullptr, 0, nullptr, 0, nullptr, 0, 0, &sink);
+  });
 }
 
 }  // namespace nms::detail

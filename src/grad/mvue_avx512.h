@@ -79,4 +79,15 @@ bool mvue_cols_avx512(const float* src, int64_t ld, int n, int m, int64_t group_
                       float* dense, int64_t dense_ld, float* values, int64_t value_ld,
                       uint8_t* indices, int64_t index_ld, int bits);
 
+// The same groups (m divides 16; src at group row row0 of the matrix, group ids from there as in
+// mvue24_lanes_avx512; group_rows and row0 whole 16-token chunks) written as nm_wgrad's lane form
+// of dYᵀ: entry (row block b, chunk c, slot s, lane l) at ((b · chunks + c) · 16 / m · n + s) · 32
+// + l, for column 32b + l; slot j · n + i is kept value i of group j of the chunk (canonical, as
+// the compressed form keeps them: its nonzero results, then its lowest positions, in order) and its
+// lane that value's token inside the chunk, j · m + position. Bitwise the compressed output's
+// values and indices, rearranged. Streamed stores. Returns false as mvue_cols_avx512 does.
+bool mvue_lanes_avx512(const float* src, int64_t ld, int n, int m, int64_t group_rows,
+                       int64_t blocks, int64_t cols, int64_t row0, int64_t col0,
+                       const Mvue24Key& key, int64_t chunks, float* values, int32_t* lanes);
+
 }  // namespace nms::detail

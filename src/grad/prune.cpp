@@ -601,20 +601,32 @@ bool grad_prune_lanes24_applies(ConstMatrixViewF g, const GradPruneOptions& opti
 #endif
 }
 
+bool grad_prune_lanes_applies(ConstMatrixViewF g, const GradPruneOptions& options) {
+#if defined(NMS_HAVE_AVX512_KERNELS)
+  return options.method == GradMethod::kMvue && 16 % options.pattern.m == 0 &&
+         options.axis == NmAxis::kCols && isa_active() == Isa::kAvx512 && g.rows() % 16 == 0 &&
+         g.cols() % 32 == 0;
+#else
+  (void)g, (void)options;
+  return false;
+#endif
+}
+
 namespace {
 
-// The driver of the two fused 2:4 column kernels: 512-column strips x row parts of whole 16-token
-// chunks, kernel(src, group_rows, blocks, row0, col0, key) per item.
+// The driver of the fused column kernels: 512-column strips x row parts of whole 16-token chunks,
+// kernel(src, group_rows, blocks, row0, col0, key) per item (row0 and group_rows in group rows).
 template <class Kernel>
-void prune_chunks24(ConstMatrixViewF g, const GradPruneOptions& options, const char* what,
-                    Kernel&& kernel) {
-  NMS_CHECK(grad_prune_lanes24_applies(g, options), what,
-            ": needs 2:4 MVUE along columns at the AVX-512 level, rows % 16 == 0 and cols % 32 "
-            "== 0; got ",
+void prune_chunks(ConstMatrixViewF g, const GradPruneOptions& options, bool applies,
+                  const char* what, Kernel&& kernel) {
+  NMS_CHECK(applies, what,
+            ": needs MVUE along columns at the AVX-512 level (2:4, or for grad_prune_lanes an m "
+            "dividing 16), rows % 16 == 0 and cols % 32 == 0; got ",
             options.pattern.to_string(), " ", g.rows(), " x ", g.cols());
 #if defined(NMS_HAVE_AVX512_KERNELS)
   const Job j = make_job(g, options);
   const int64_t chunks = g.rows() / 16;
+  const int64_t per_chunk = 16 / j.m;  // group rows
   const int64_t strips = (g.cols() + kStripAvx512 - 1) / kStripAvx512;
   const int64_t row_parts = avx512_row_parts(g.cols(), chunks);  // whole 16-token chunks
   std::atomic<bool> failed{false};
@@ -622,10 +634,10 @@ void prune_chunks24(ConstMatrixViewF g, const GradPruneOptions& options, const c
     const int64_t c0 = i % strips * kStripAvx512;
     const int64_t c1 = std::min(g.cols(), c0 + kStripAvx512);
     const int64_t part = i / strips;
-    const int64_t kk0 = 4 * (chunks * part / row_parts);
-    const int64_t kk1 = 4 * (chunks * (part + 1) / row_parts);
+    const int64_t kk0 = per_chunk * (chunks * part / row_parts);
+    const int64_t kk1 = per_chunk * (chunks * (part + 1) / row_parts);
     if (kk1 == kk0) return;
-    if (!kernel(g.row(4 * kk0) + c0, kk1 - kk0, (c1 - c0) / 16, kk0, c0, j.key)) {
+    if (!kernel(g.row(j.m * kk0) + c0, kk1 - kk0, (c1 - c0) / 16, kk0, c0, j.key)) {
       failed.store(true, std::memory_order_relaxed);
     }
   });
@@ -640,23 +652,35 @@ void prune_chunks24(ConstMatrixViewF g, const GradPruneOptions& options, const c
 void grad_prune_lanes24(ConstMatrixViewF g, const GradPruneOptions& options, float* values,
                         int32_t* lanes) {
   const int64_t chunks = g.rows() / 16;
-  prune_chunks24(g, options, "grad_prune_lanes24",
-                 [&](const float* src, int64_t group_rows, int64_t blocks, int64_t row0,
-                     int64_t col0, const Mvue24Key& key) {
-                   return mvue24_lanes_avx512(src, g.ld(), group_rows, blocks, g.cols(), row0, col0,
-                                              key, chunks, values, lanes);
-                 });
+  prune_chunks(g, options, grad_prune_lanes24_applies(g, options), "grad_prune_lanes24",
+               [&](const float* src, int64_t group_rows, int64_t blocks, int64_t row0, int64_t col0,
+                   const Mvue24Key& key) {
+                 return mvue24_lanes_avx512(src, g.ld(), group_rows, blocks, g.cols(), row0, col0,
+                                            key, chunks, values, lanes);
+               });
+}
+
+void grad_prune_lanes(ConstMatrixViewF g, const GradPruneOptions& options, float* values,
+                      int32_t* lanes) {
+  const int64_t chunks = g.rows() / 16;
+  prune_chunks(g, options, grad_prune_lanes_applies(g, options), "grad_prune_lanes",
+               [&](const float* src, int64_t group_rows, int64_t blocks, int64_t row0, int64_t col0,
+                   const Mvue24Key& key) {
+                 return mvue_lanes_avx512(src, g.ld(), options.pattern.n, options.pattern.m,
+                                          group_rows, blocks, g.cols(), row0, col0, key, chunks,
+                                          values, lanes);
+               });
 }
 
 void grad_prune_pairs24_bf16(ConstMatrixViewF g, const GradPruneOptions& options, uint16_t* values,
                              uint16_t* index) {
   const int64_t chunks32 = (g.rows() + 31) / 32;
-  prune_chunks24(g, options, "grad_prune_pairs24_bf16",
-                 [&](const float* src, int64_t group_rows, int64_t blocks, int64_t row0,
-                     int64_t col0, const Mvue24Key& key) {
-                   return mvue24_pairs_bf16_avx512(src, g.ld(), group_rows, blocks, g.cols(), row0,
-                                                   col0, key, chunks32, values, index);
-                 });
+  prune_chunks(g, options, grad_prune_lanes24_applies(g, options), "grad_prune_pairs24_bf16",
+               [&](const float* src, int64_t group_rows, int64_t blocks, int64_t row0, int64_t col0,
+                   const Mvue24Key& key) {
+                 return mvue24_pairs_bf16_avx512(src, g.ld(), group_rows, blocks, g.cols(), row0,
+                                                 col0, key, chunks32, values, index);
+               });
 }
 
 }  // namespace detail

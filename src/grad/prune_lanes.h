@@ -23,6 +23,16 @@ bool grad_prune_lanes24_applies(ConstMatrixViewF g, const GradPruneOptions& opti
 void grad_prune_lanes24(ConstMatrixViewF g, const GradPruneOptions& options, float* values,
                         int32_t* lanes);
 
+// Whether grad_prune_lanes runs: kMvue of an n:m with m dividing 16 along columns (tokens), the
+// AVX-512 level, T a multiple of 16 and out a multiple of 32.
+bool grad_prune_lanes_applies(ConstMatrixViewF g, const GradPruneOptions& options);
+
+// grad_prune_lanes24's form for any such n:m: (out / 32) · (T / 16) · (16 / m · n) · 32 entries
+// (the permute kernel's NmGemmLaneLayout with rows = out, depth = T), bitwise
+// grad_prune_compressed's values and indices rearranged. Same threads and errors.
+void grad_prune_lanes(ConstMatrixViewF g, const GradPruneOptions& options, float* values,
+                      int32_t* lanes);
+
 // nm_gemm_bf16's operand of MVUE(g)ᵀ (2:4, values rounded to bf16): (out / 32) · ceil(T / 32) · 8
 // · 64 words in `values` and `index` (64-byte aligned), bitwise nm_gemm_bf16_pack of
 // grad_prune_compressed's output, except the pairs past T of a last chunk of 16 tokens, which it

@@ -565,10 +565,11 @@ namespace nms {
 namespace {
 
 // nm_wgrad_pruned against its definition, grad_prune_compressed_into then nm_wgrad, bit for bit:
-// on the fused route (2:4 MVUE, permute route, T % 16 == 0, out % 32 == 0: the pruning writes
-// the lane form) and on every fallback (out or T off the multiples, narrow X under kAuto, another
-// pattern), with and without the decay, on 1-3 threads (row parts of whole chunks, 512-column
-// strips); the fused route's lane form also equals the one built from the compressed dY.
+// on the fused routes (MVUE with m dividing 16, permute route, T % 16 == 0, out % 32 == 0: the
+// pruning writes the lane form; 2:4 by its own kernel) and on every fallback (out or T off the
+// multiples, narrow X under kAuto, an m not dividing 16, another route), with and without the
+// decay, on 1-3 threads (row parts of whole chunks, 512-column strips); the fused routes' lane
+// form also equals the one built from the compressed dY.
 TEST(NmWgradPruned, SameBitsAsPruneThenWgrad) {
   struct Shape {
     int64_t tokens, in, out;
@@ -576,14 +577,17 @@ TEST(NmWgradPruned, SameBitsAsPruneThenWgrad) {
     NmWgradKernel kernel;
   };
   const Shape shapes[] = {
-      {64, 512, 64, {2, 4}, NmWgradKernel::kAuto},    // fused
-      {208, 520, 576, {2, 4}, NmWgradKernel::kAuto},  // fused: a full strip and one of 64
-      {48, 40, 96, {2, 4}, NmWgradKernel::kPermute},  // fused, explicit route
-      {64, 512, 40, {2, 4}, NmWgradKernel::kAuto},    // out % 32 != 0
-      {52, 512, 64, {2, 4}, NmWgradKernel::kAuto},    // T % 16 != 0
-      {64, 100, 64, {2, 4}, NmWgradKernel::kAuto},    // narrow X: kernel A
-      {64, 512, 64, {4, 8}, NmWgradKernel::kAuto},    // 4:8
-      {64, 512, 64, {2, 4}, NmWgradKernel::kPanels},  // another route
+      {64, 512, 64, {2, 4}, NmWgradKernel::kAuto},     // fused
+      {208, 520, 576, {2, 4}, NmWgradKernel::kAuto},   // fused: a full strip and one of 64
+      {48, 40, 96, {2, 4}, NmWgradKernel::kPermute},   // fused, explicit route
+      {64, 512, 40, {2, 4}, NmWgradKernel::kAuto},     // out % 32 != 0
+      {52, 512, 64, {2, 4}, NmWgradKernel::kAuto},     // T % 16 != 0
+      {64, 100, 64, {2, 4}, NmWgradKernel::kAuto},     // narrow X: kernel A
+      {64, 512, 64, {4, 8}, NmWgradKernel::kAuto},     // 4:8, fused
+      {208, 520, 576, {8, 16}, NmWgradKernel::kAuto},  // 8:16, fused, two strips
+      {48, 512, 96, {1, 2}, NmWgradKernel::kAuto},     // 1:2, fused
+      {80, 512, 64, {3, 5}, NmWgradKernel::kAuto},     // 5 does not divide 16
+      {64, 512, 64, {2, 4}, NmWgradKernel::kPanels},   // another route
   };
   uint64_t seed = 700;
   for (const Shape& s : shapes) {
@@ -617,23 +621,41 @@ TEST(NmWgradPruned, SameBitsAsPruneThenWgrad) {
 }
 
 TEST(NmWgradPruned, FusedLaneFormEqualsTheOneFromTheCompressedDy) {
+  // Both fused kernels (2:4's own, grad_prune_lanes24, and any n:m with m dividing 16,
+  // grad_prune_lanes, 2:4 included) against the lane form built from the compressed dY, on
+  // integer-valued gradients (ties, zeros: groups that keep fewer than n nonzeros fill with their
+  // lowest positions), 1 and 2 threads.
   if (isa_supported() < Isa::kAvx512) GTEST_SKIP() << "the fused route runs at AVX-512 only";
-  for (int threads : {1, 2}) {
-    ScopedNumThreads t(threads);
-    const Matrix dy = testing::random_integer_matrix(208, 576, 2, 41);
-    const GradPruneOptions prune{GradMethod::kMvue, {2, 4}, NmAxis::kCols, 5, 6};
-    ASSERT_TRUE(detail::grad_prune_lanes24_applies(dy.view(), prune));
-    const detail::NmGemmLaneLayout lay(576, 208, 2, 4);
-    AlignedBuffer<float> values(lay.total());
-    AlignedBuffer<int32_t> lanes(lay.total());
-    detail::grad_prune_lanes24(dy.view(), prune, values.data(), lanes.data());
+  const NmPattern patterns[] = {{2, 4}, {1, 2}, {1, 4}, {3, 4}, {4, 8}, {8, 16}, {5, 16}, {1, 1}};
+  uint64_t seed = 41;
+  for (const NmPattern p : patterns) {
+    const Matrix dy = testing::random_integer_matrix(208, 576, 2, seed++);
+    const GradPruneOptions prune{GradMethod::kMvue, p, NmAxis::kCols, 5, 6};
+    ASSERT_TRUE(detail::grad_prune_lanes_applies(dy.view(), prune)) << p.to_string();
+    const detail::NmGemmLaneLayout lay(576, 208, p.n, p.m);
     AlignedBuffer<float> want_values;
     AlignedBuffer<int32_t> want_lanes;
     detail::wgrad_lanes_from_compressed(grad_prune_compressed(dy.view(), prune), want_values,
                                         want_lanes);
     ASSERT_EQ(want_values.size(), lay.total());
-    ASSERT_EQ(std::memcmp(values.data(), want_values.data(), sizeof(float) * lay.total()), 0);
-    ASSERT_EQ(std::memcmp(lanes.data(), want_lanes.data(), sizeof(int32_t) * lay.total()), 0);
+    for (int threads : {1, 2}) {
+      for (bool own24 : {false, true}) {
+        if (own24 && !(p == NmPattern{2, 4})) continue;
+        SCOPED_TRACE(p.to_string() + (own24 ? " grad_prune_lanes24" : " grad_prune_lanes") +
+                     ", threads " + std::to_string(threads));
+        ScopedNumThreads t(threads);
+        AlignedBuffer<float> values(lay.total());
+        AlignedBuffer<int32_t> lanes(lay.total());
+        if (own24) {
+          ASSERT_TRUE(detail::grad_prune_lanes24_applies(dy.view(), prune));
+          detail::grad_prune_lanes24(dy.view(), prune, values.data(), lanes.data());
+        } else {
+          detail::grad_prune_lanes(dy.view(), prune, values.data(), lanes.data());
+        }
+        ASSERT_EQ(std::memcmp(values.data(), want_values.data(), sizeof(float) * lay.total()), 0);
+        ASSERT_EQ(std::memcmp(lanes.data(), want_lanes.data(), sizeof(int32_t) * lay.total()), 0);
+      }
+    }
   }
 }
 
@@ -644,6 +666,9 @@ TEST(NmWgradPruned, Errors) {
   Matrix dw(64, 512);
   const GradPruneOptions prune{GradMethod::kMvue, {2, 4}, NmAxis::kCols, 1, 2};
   testing::expect_error([&] { nm_wgrad_pruned(dy.view(), prune, x.view(), dw.view()); },
+                        "(row 5, col 7)");
+  const GradPruneOptions prune48{GradMethod::kMvue, {4, 8}, NmAxis::kCols, 1, 2};
+  testing::expect_error([&] { nm_wgrad_pruned(dy.view(), prune48, x.view(), dw.view()); },
                         "(row 5, col 7)");
   const Matrix dy2 = testing::random_matrix(64, 64, 4);
   Matrix dw_bad(64, 500);
