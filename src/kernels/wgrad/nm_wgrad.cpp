@@ -532,8 +532,8 @@ void nm_wgrad_pruned(ConstMatrixViewF dy, const GradPruneOptions& prune, ConstMa
       w.dy_t.lane_values.resize_for_overwrite(lay.total());
       w.dy_t.lane_index.resize_for_overwrite(lay.total());
     }
-    // 2:4 has a kernel of its own (MVUE 2:4 of dY 8192 x 3072, one thread, Zen 4: 16-17 ms against
-    // ... ms for the any-n:m one).
+    // 2:4 has a kernel of its own: MVUE of dY 8192 x 3072 into the lane form, one thread, Zen 4,
+    // 17.0 ms against 37.2 for the any-n:m one (1:2 43.2, 1:4 34.0, 4:8 42.2, 8:16 44.2 ms).
     if (detail::grad_prune_lanes24_applies(dy, prune)) {
       detail::grad_prune_lanes24(dy, prune, w.dy_t.lane_values.data(), w.dy_t.lane_index.data());
     } else {
