@@ -1,12 +1,17 @@
 // MVUE gradient pruning throughput: 2:4 MVUE + compression of an 8192 x 3072 fp32 gradient (dY of
 // a 3072-wide layer over 8192 tokens) on one thread, timed alternately at the best ISA level, at
 // the avx2 level and against a memcpy of the same matrix (the yardstick: the bandwidth a streaming
-// pass reaches here). Run: build/bench/bench_grad --benchmark_min_time=2
+// pass reaches here); and MVUE of other patterns along tokens into the compressed form and into
+// the weight-gradient kernel's lane form (BM_MvueTokens). Run: build/bench/bench_grad
+// --benchmark_min_time=2
 #include <benchmark/benchmark.h>
 
 #include <chrono>
 #include <cstring>
 
+#include "grad/prune_lanes.h"
+#include "kernels/nm_gemm_lanes_layout.h"
+#include "nmsparse/core/aligned_buffer.h"
 #include "nmsparse/core/isa.h"
 #include "nmsparse/core/rng.h"
 #include "nmsparse/core/threading.h"
@@ -81,6 +86,63 @@ void BM_Mvue24(benchmark::State& state) {
                  ", " + std::string(isa_name(best)));
 }
 BENCHMARK(BM_Mvue24)->DenseRange(0, 3)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+// MVUE of kPatterns[range(0)] along tokens (the weight gradient's dY), one thread, at the best ISA
+// level; each iteration times alternately the compressed form (grad_prune_compressed_into), the
+// permute kernel's lane form where it applies (grad_prune_lanes; for 2:4 also its own kernel,
+// grad_prune_lanes24) and a memcpy. Counters: ms of each (medians of nothing: means over the
+// iterations), the manual time is the compressed form's.
+const NmPattern kPatterns[] = {{1, 2}, {1, 4}, {2, 4}, {4, 8}, {8, 16}, {16, 32}};
+
+void BM_MvueTokens(benchmark::State& state) {
+  const NmPattern pattern = kPatterns[state.range(0)];
+  ScopedNumThreads threads(1);
+  const Matrix g = make_gradient();
+  Matrix copy(kRows, kCols);
+  CompressedNm c;
+  GradPruneOptions o{GradMethod::kMvue, pattern, NmAxis::kCols, 42, tensor_stream_id("dY")};
+  const bool lanes = detail::grad_prune_lanes_applies(g.view(), o);
+  const bool lanes24 = detail::grad_prune_lanes24_applies(g.view(), o);
+  const detail::NmGemmLaneLayout lay(kCols, kRows, pattern.n, pattern.m);
+  AlignedBuffer<float> values(lanes ? lay.total() : 0);
+  AlignedBuffer<int32_t> index(lanes ? lay.total() : 0);
+  using clock = std::chrono::steady_clock;
+  const auto seconds = [](auto&& f) {
+    const auto t0 = clock::now();
+    f();
+    return std::chrono::duration<double>(clock::now() - t0).count();
+  };
+  grad_prune_compressed_into(g.view(), o, c);  // warm
+  double t_compressed = 0.0;
+  double t_lanes = 0.0;
+  double t_lanes24 = 0.0;
+  double t_copy = 0.0;
+  for (auto _ : state) {
+    o.seed += 1;
+    const double p = seconds([&] { grad_prune_compressed_into(g.view(), o, c); });
+    t_compressed += p;
+    if (lanes) {
+      t_lanes +=
+          seconds([&] { detail::grad_prune_lanes(g.view(), o, values.data(), index.data()); });
+    }
+    if (lanes24) {
+      t_lanes24 +=
+          seconds([&] { detail::grad_prune_lanes24(g.view(), o, values.data(), index.data()); });
+    }
+    t_copy += seconds([&] {
+      std::memcpy(copy.data(), g.data(), sizeof(float) * static_cast<size_t>(g.size()));
+      benchmark::ClobberMemory();
+    });
+    state.SetIterationTime(p);
+  }
+  const double n = static_cast<double>(state.iterations());
+  state.counters["compressed_ms"] = t_compressed / n * 1e3;
+  if (lanes) state.counters["lanes_ms"] = t_lanes / n * 1e3;
+  if (lanes24) state.counters["lanes24_ms"] = t_lanes24 / n * 1e3;
+  state.counters["memcpy_ms"] = t_copy / n * 1e3;
+  state.SetLabel(pattern.to_string() + ", " + std::string(isa_name(isa_active())));
+}
+BENCHMARK(BM_MvueTokens)->DenseRange(0, 5)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace nms
