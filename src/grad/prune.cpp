@@ -591,14 +591,7 @@ void grad_prune_compressed_into(ConstMatrixViewF g, const GradPruneOptions& opti
 namespace detail {
 
 bool grad_prune_lanes24_applies(ConstMatrixViewF g, const GradPruneOptions& options) {
-#if defined(NMS_HAVE_AVX512_KERNELS)
-  return options.method == GradMethod::kMvue && options.pattern == NmPattern{2, 4} &&
-         options.axis == NmAxis::kCols && isa_active() == Isa::kAvx512 && g.rows() % 16 == 0 &&
-         g.cols() % 32 == 0;
-#else
-  (void)g, (void)options;
-  return false;
-#endif
+  return options.pattern == NmPattern{2, 4} && grad_prune_lanes_applies(g, options);
 }
 
 bool grad_prune_lanes_applies(ConstMatrixViewF g, const GradPruneOptions& options) {
