@@ -874,10 +874,11 @@ inline void emit_lane_slots(const __m512* out, int n, int m, int64_t kg, int64_t
   }
 }
 
-// mvue_cols_avx512 for group size M (0: m at run time). With m known, the loops over a group's
-// elements unroll: MVUE of dY 8192 x 3072 along tokens, compressed, one thread, Zen 4, ms with m
-// at run time / fixed: 1:2 63-67 / 49-52, 1:4 38 / 35, 4:8 58 / 56-58, 8:16 55-58 / 52.
-// Group rows from row0 (their ids; src points at group row row0), into `lane` when it is set.
+// mvue_cols_avx512 and mvue_lanes_avx512 for group size M (0: m at run time): group rows from
+// row0 (their ids; src points at group row row0), into `lane` when it is set. With m known, the
+// loops over a group's elements unroll: MVUE of dY 8192 x 3072 along tokens, compressed, one
+// thread, Zen 4, ms with m at run time / fixed: 1:2 63-67 / 49-52, 1:4 38 / 35, 4:8 58 / 56-58,
+// 8:16 55-58 / 52.
 template <int M>
 bool mvue_cols_m(const float* src, int64_t ld, int n, int m, int64_t group_rows, int64_t blocks,
                  int64_t cols, int64_t row0, int64_t col0, const Mvue24Key& key, float* dense,
