@@ -815,8 +815,10 @@ inline void flush_one_of_m(const OneOfMRows& held, int64_t blocks, int64_t rows,
     for (int l = 0; l < 16; ++l) {
       const int64_t col = 16 * blk + l;
       _mm512_mask_storeu_ps(values + col * value_ld + kk_base, row_mask, t[l]);
-      std::memcpy(indices + col * index_ld + kk_base * bits / 8, &words[l],
-                  static_cast<size_t>(index_bytes));
+      if (index_bytes > 0) {  // 1:1 has no index fields (and no index rows)
+        std::memcpy(indices + col * index_ld + kk_base * bits / 8, &words[l],
+                    static_cast<size_t>(index_bytes));
+      }
     }
   }
 }
