@@ -90,8 +90,8 @@ BENCHMARK(BM_Mvue24)->DenseRange(0, 3)->UseManualTime()->Unit(benchmark::kMillis
 // MVUE of kPatterns[range(0)] along tokens (the weight gradient's dY), one thread, at the best ISA
 // level; each iteration times alternately the compressed form (grad_prune_compressed_into), the
 // permute kernel's lane form where it applies (grad_prune_lanes; for 2:4 also its own kernel,
-// grad_prune_lanes24) and a memcpy. Counters: ms of each (medians of nothing: means over the
-// iterations), the manual time is the compressed form's.
+// grad_prune_lanes24) and a memcpy. Counters: ms of each, means over the iterations; the manual
+// time is the compressed form's.
 const NmPattern kPatterns[] = {{1, 2}, {1, 4}, {2, 4}, {4, 8}, {8, 16}, {16, 32}};
 
 void BM_MvueTokens(benchmark::State& state) {

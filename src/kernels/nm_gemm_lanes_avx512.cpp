@@ -363,6 +363,7 @@ void hybrid_super_tile(const NmGemmLaneArgs& a, const NmGemmLaneLayout& lay, int
                        int64_t c0, int64_t c1, float* stage) {
   constexpr int kPasses = static_cast<int>(kLaneRows) / RA;
   constexpr int64_t kSuper = RT * kPasses + 16 * VA;
+  static_assert(kSuper <= kLaneHybridMaxTokens, "the stage holds kLaneHybridMaxTokens tokens");
   if (c0 > 0) {
     stage_from_y(a, kLaneRows * b, t0, kSuper, stage);
   } else if (a.start_w != nullptr) {
@@ -400,7 +401,7 @@ void nm_gemm_lanes_avx512(const NmGemmLaneArgs& a, int64_t t_begin, int64_t t_en
         alignas(64) float stage[kLaneRows * kStageLd];
         const int64_t super = lane_hybrid_tokens(a.n, a.m);
         for (; t0 + super <= t_end; t0 += super) {
-          if (super == 64) {
+          if (super == 64) {  // lane_hybrid_tokens' two shapes: 4 · 8 + 32, 6 · 16 + 32
             hybrid_super_tile<4, 4, 2>(a, lay, t0, b, c0, c1, stage);
           } else {
             hybrid_super_tile<6, 2, 2>(a, lay, t0, b, c0, c1, stage);
