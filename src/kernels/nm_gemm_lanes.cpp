@@ -45,6 +45,27 @@ NmGemmKernel kernel_default() {
 
 std::atomic<int> g_pairs_override{-1};     // -1: none; 0 single panels; 1 pairs
 std::atomic<int> g_stream_y_override{-1};  // -1: by size; 0 never; 1 always (aligned Y)
+std::atomic<int> g_hybrid_override{-1};    // -1: the default; 0 permute-only; 1 hybrid
+
+// The hybrid kernel for row-major Y (NmGemmLaneArgs::hybrid_pack). NMSPARSE_NM_GEMM_HYBRID=0|1
+// overrides the default.
+bool hybrid_default() {
+  const char* env = std::getenv("NMSPARSE_NM_GEMM_HYBRID");
+  if (env != nullptr && *env != '\0') {
+    const std::string v(env);
+    NMS_CHECK(v == "0" || v == "1", "NMSPARSE_NM_GEMM_HYBRID=", v,
+              " is not 0 (permute-only tiles) or 1 (hybrid super-tiles)");
+    return v == "1";
+  }
+  return true;
+}
+
+bool hybrid_active() {
+  const int o = g_hybrid_override.load(std::memory_order_relaxed);
+  if (o >= 0) return o != 0;
+  static const bool chosen = hybrid_default();
+  return chosen;
+}
 
 // Single token panels in the broadcast kernel on AMD CPUs. Zen 4, one thread, medians of
 // alternating calls in one process, ms with pairs / single panels (2026-12-07): 16:32 2048^3
@@ -130,6 +151,10 @@ bool nm_gemm_panel_pairs() {
 
 void set_nm_gemm_panel_pairs_override(int pairs) {
   g_pairs_override.store(pairs < 0 ? -1 : pairs != 0 ? 1 : 0, std::memory_order_relaxed);
+}
+
+void set_nm_gemm_lanes_hybrid_override(int hybrid) {
+  g_hybrid_override.store(hybrid < 0 ? -1 : hybrid != 0 ? 1 : 0, std::memory_order_relaxed);
 }
 
 void set_nm_gemm_lanes_stream_y_override(int stream) {
@@ -244,13 +269,15 @@ void nm_gemm_lanes_run(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y
   const int o = g_stream_y_override.load(std::memory_order_relaxed);
   args.y_stream = (o >= 0 ? o == 1 : y.rows() * y.ld() * int64_t{4} >= kLaneStreamYBytes) &&
                   reinterpret_cast<uintptr_t>(y.data()) % 64 == 0 && y.ld() % 16 == 0;
+  args.hybrid_pack = hybrid_active();
   nm_gemm_lanes_run(args, x.rows());
 }
 
 void nm_gemm_lanes_run(const NmGemmLaneArgs& args, int64_t tokens) {
 #if defined(NMS_HAVE_AVX512_KERNELS)
   const NmGemmLaneLayout lay(args.rows, args.depth, args.n, args.m);
-  const int64_t block = args.x_panels != nullptr ? kLaneHybridTokenBlock : kLaneTokenBlock;
+  const bool hybrid = args.x_panels != nullptr || args.hybrid_pack;
+  const int64_t block = hybrid ? kLaneHybridTokenBlock : kLaneTokenBlock;
   const int64_t token_blocks = (tokens + block - 1) / block;
   // Row parts when the token blocks alone would leave threads idle (at least 2 items per thread;
   // every item owns its block of Y, so results do not depend on the split).

@@ -42,6 +42,9 @@ void nm_gemm_lanes_run(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y
                        const float* bias);
 // Tests: 1 streams every aligned Y in nm_gemm_lanes_run(x, a, y, bias), 0 none, -1 by size.
 void set_nm_gemm_lanes_stream_y_override(int stream);
+// Tests: 1 runs nm_gemm_lanes_run(x, a, y, bias) on hybrid super-tiles, 0 on permute-only tiles,
+// -1 as NMSPARSE_NM_GEMM_HYBRID says (default: hybrid).
+void set_nm_gemm_lanes_hybrid_override(int hybrid);
 // The same driver on prepared arguments (the Yᵀ form of nm_wgrad); `tokens` rows of args.x.
 void nm_gemm_lanes_run(const NmGemmLaneArgs& args, int64_t tokens);
 

@@ -15,6 +15,7 @@
 #include "kernels/nm_gemm_lanes_layout.h"
 #include "kernels/start_term_avx512.h"
 #include "kernels/transpose16_avx512.h"
+#include "nmsparse/core/aligned_buffer.h"
 
 namespace nms::detail {
 namespace {
@@ -218,6 +219,58 @@ inline void stage_from_y(const NmGemmLaneArgs& a, int64_t row0, int64_t t_super,
   }
 }
 
+// The same for a row-major Y (the forward and backward-data products): 16 x 16 transposes of the
+// super-tile's tokens x each 16 of its rows (~64 shuffles per 16 x 16 block against 4096 FMAs of
+// the super-tile's passes per K block and block at 2:4). Rows past a.rows are neither read nor
+// written (they stage as 0).
+inline void stage_from_rows(const NmGemmLaneArgs& a, int64_t row0, int64_t t_super, int64_t super,
+                            float* stage) {
+  for (int64_t h = 0; h < kLaneRows / 16; ++h) {
+    const __mmask16 rm = first_lanes(a.rows - row0 - 16 * h);
+    if (rm == 0) break;
+    for (int64_t i = 0; i < super; i += 16) {
+      __m512 r[16];
+      for (int j = 0; j < 16; ++j) {
+        r[j] = _mm512_maskz_loadu_ps(rm, a.y + (t_super + i + j) * a.ldy + row0 + 16 * h);
+      }
+      transpose16(r);
+      for (int j = 0; j < 16; ++j) _mm512_store_ps(stage + (16 * h + j) * kStageLd + i, r[j]);
+    }
+  }
+}
+
+// The inverse, at the last K block (`last`) adding the bias (one rounded addition after each
+// chain, add_bias's bits) and, with a.y_stream, writing each token's whole lines around the cache.
+inline void stage_to_rows(const NmGemmLaneArgs& a, int64_t row0, int64_t t_super, int64_t super,
+                          const float* stage, bool last) {
+  const int64_t real = a.rows - row0;
+  for (int64_t h = 0; h < kLaneRows / 16; ++h) {
+    const __mmask16 rm = first_lanes(real - 16 * h);
+    if (rm == 0) break;
+    const bool stream = a.y_stream && last && rm == 0xFFFF;
+    const __m512 bias = last && a.bias != nullptr
+                            ? _mm512_maskz_loadu_ps(rm, a.bias + row0 + 16 * h)
+                            : _mm512_setzero_ps();
+    for (int64_t i = 0; i < super; i += 16) {
+      __m512 r[16];
+      for (int j = 0; j < 16; ++j) {  // rows past a.rows were not staged: read as 0
+        r[j] = 16 * h + j < real ? _mm512_load_ps(stage + (16 * h + j) * kStageLd + i)
+                                 : _mm512_setzero_ps();
+      }
+      transpose16(r);
+      for (int j = 0; j < 16; ++j) {
+        float* y = a.y + (t_super + i + j) * a.ldy + row0 + 16 * h;
+        const __m512 v = last && a.bias != nullptr ? _mm512_add_ps(r[j], bias) : r[j];
+        if (stream) {
+          _mm512_stream_ps(y, v);
+        } else {
+          _mm512_mask_storeu_ps(y, rm, v);
+        }
+      }
+    }
+  }
+}
+
 // `stream`: whole lines around the cache (a.y_stream, the last K block).
 inline void stage_to_y(const NmGemmLaneArgs& a, int64_t row0, int64_t t_super, int64_t super,
                        const float* stage, bool stream) {
@@ -246,8 +299,8 @@ inline void stage_to_y(const NmGemmLaneArgs& a, int64_t row0, int64_t t_super, i
 // element is still the chain over its row's slots in order: the same bits.
 template <int RT, int RA, int VA>
 inline void hybrid_pass(const NmGemmLaneArgs& a, const NmGemmLaneLayout& lay, int64_t tb,
-                        int64_t ta, int64_t b, int64_t ra0, int64_t c0, int64_t c1, float* stage,
-                        int64_t t_super) {
+                        int64_t ta, int64_t b, int64_t ra0, int64_t c0, int64_t c1,
+                        const float* panel_c0, float* stage, int64_t t_super) {
   const int64_t row0 = kLaneRows * b;
   const int64_t real = a.rows - row0;
   const bool from_zero = c0 == 0 && a.start_w == nullptr;  // else the stage holds the start
@@ -269,14 +322,13 @@ inline void hybrid_pass(const NmGemmLaneArgs& a, const NmGemmLaneLayout& lay, in
   }
   constexpr int64_t kSuper = RT * (kLaneRows / RA) + 16 * VA;
   static_assert(16 * VA == kLanePanel && kLaneHybridTokenBlock % kSuper == 0);
-  const float* panel = a.x_panels + ta / kSuper * a.depth * kLanePanel;
   const int64_t per_chunk = lay.slots_per_chunk;
   const int64_t full = std::min(c1, a.depth / kLaneChunk);
   for (int64_t c = c0; c < full; ++c) {
     __m512 x[RT];
     const float* v = a.values + lay.offset(b, c, 0);
     const int32_t* l = a.lanes + lay.offset(b, c, 0);
-    const float* xt = panel + kLaneChunk * c * kLanePanel;
+    const float* xt = panel_c0 + kLaneChunk * (c - c0) * kLanePanel;
     for (int t = 0; t < RT; ++t) x[t] = _mm512_loadu_ps(a.x + (tb + t) * a.ldx + kLaneChunk * c);
     for (int64_t s = 0; s < per_chunk; ++s) {
       const __m512 w0 = _mm512_load_ps(v + kLaneRows * s);
@@ -304,7 +356,7 @@ inline void hybrid_pass(const NmGemmLaneArgs& a, const NmGemmLaneLayout& lay, in
     }
     const float* v = a.values + lay.offset(b, full, 0);
     const int32_t* l = a.lanes + lay.offset(b, full, 0);
-    const float* xt = panel + kLaneChunk * full * kLanePanel;
+    const float* xt = panel_c0 + kLaneChunk * (full - c0) * kLanePanel;
     for (int64_t s = 0; s < cols / a.m * a.n; ++s) {
       const __m512 w0 = _mm512_load_ps(v + kLaneRows * s);
       const __m512 w1 = _mm512_load_ps(v + kLaneRows * s + 16);
@@ -358,21 +410,58 @@ constexpr int64_t kHybridDepthChunks = 128;
 
 // One super-tile of row block b over chunks [c0, c1): its stage from Y or the start term, the
 // passes of hybrid_pass<RT, RA, VA>, and the stage back to Y.
+// `panel_c0`: the load-fed tokens' panel rows from chunk c0 on (row 16 · (c - c0) + lane, 32 floats
+// each).
 template <int RT, int RA, int VA>
 void hybrid_super_tile(const NmGemmLaneArgs& a, const NmGemmLaneLayout& lay, int64_t t0, int64_t b,
-                       int64_t c0, int64_t c1, float* stage) {
+                       int64_t c0, int64_t c1, const float* panel_c0, float* stage) {
   constexpr int kPasses = static_cast<int>(kLaneRows) / RA;
   constexpr int64_t kSuper = RT * kPasses + 16 * VA;
   static_assert(kSuper <= kLaneHybridMaxTokens, "the stage holds kLaneHybridMaxTokens tokens");
+  const int64_t row0 = kLaneRows * b;
+  const bool last = c1 == lay.chunks;
   if (c0 > 0) {
-    stage_from_y(a, kLaneRows * b, t0, kSuper, stage);
+    a.y_transposed ? stage_from_y(a, row0, t0, kSuper, stage)
+                   : stage_from_rows(a, row0, t0, kSuper, stage);
   } else if (a.start_w != nullptr) {
-    stage_start_term(a, kLaneRows * b, t0, kSuper, stage);
+    stage_start_term(a, row0, t0, kSuper, stage);
   }
   for (int p = 0; p < kPasses; ++p) {
-    hybrid_pass<RT, RA, VA>(a, lay, t0 + RT * p, t0 + RT * kPasses, b, RA * p, c0, c1, stage, t0);
+    hybrid_pass<RT, RA, VA>(a, lay, t0 + RT * p, t0 + RT * kPasses, b, RA * p, c0, c1, panel_c0,
+                            stage, t0);
   }
-  stage_to_y(a, kLaneRows * b, t0, kSuper, stage, a.y_stream && c1 == lay.chunks);
+  if (a.y_transposed) {
+    stage_to_y(a, row0, t0, kSuper, stage, a.y_stream && last);
+  } else {
+    stage_to_rows(a, row0, t0, kSuper, stage, last);
+  }
+}
+
+// The load-fed panels of row-major calls (NmGemmLaneArgs::hybrid_pack) for chunks [c0, c1): super-
+// tile j of the call (tokens t_begin + j · super ..) its last kLanePanel tokens' columns, element
+// (token i, column 16 c0 + k) at panels[(j · (c1 - c0) · 16 + k) · kLanePanel + i], through 16 x 16
+// transposes. Columns past a.depth are not written (no slot reads them).
+void pack_hybrid_panels(const NmGemmLaneArgs& a, int64_t t_begin, int64_t supers, int64_t super,
+                        int64_t c0, int64_t c1, float* panels) {
+  const int64_t k0 = kLaneChunk * c0;
+  const int64_t k1 = std::min(kLaneChunk * c1, a.depth);
+  for (int64_t j = 0; j < supers; ++j) {
+    const int64_t ta = t_begin + (j + 1) * super - kLanePanel;
+    float* dst = panels + j * (c1 - c0) * kLaneChunk * kLanePanel;
+    for (int64_t k = k0; k < k1; k += 16) {
+      const __mmask16 km = first_lanes(k1 - k);
+      const int64_t cols = std::min<int64_t>(16, k1 - k);
+      for (int64_t h = 0; h < kLanePanel; h += 16) {
+        __m512 r[16];
+        for (int i = 0; i < 16; ++i)
+          r[i] = _mm512_maskz_loadu_ps(km, a.x + (ta + h + i) * a.ldx + k);
+        transpose16(r);
+        for (int64_t i = 0; i < cols; ++i) {
+          _mm512_store_ps(dst + (k - k0 + i) * kLanePanel + h, r[i]);
+        }
+      }
+    }
+  }
 }
 
 template <int RT>
@@ -392,20 +481,31 @@ void tile_tail(const NmGemmLaneArgs& a, const NmGemmLaneLayout& lay, int rt, int
 void nm_gemm_lanes_avx512(const NmGemmLaneArgs& a, int64_t t_begin, int64_t t_end, int64_t b_begin,
                           int64_t b_end) {
   const NmGemmLaneLayout lay(a.rows, a.depth, a.n, a.m);
-  const int64_t depth_chunks = a.x_panels != nullptr ? kHybridDepthChunks : kDepthChunks;
+  const bool hybrid = a.x_panels != nullptr || a.hybrid_pack;
+  const int64_t depth_chunks = hybrid ? kHybridDepthChunks : kDepthChunks;
+  const int64_t super = lane_hybrid_tokens(a.n, a.m);
+  const int64_t supers = hybrid ? (t_end - t_begin) / super : 0;
+  float* own = nullptr;  // hybrid_pack: this call's panels, one K block at a time
+  if (a.hybrid_pack && supers > 0) {
+    thread_local AlignedBuffer<float> panels;
+    const int64_t need = supers * std::min(depth_chunks, lay.chunks) * kLaneChunk * kLanePanel;
+    if (panels.size() < need) panels.resize_for_overwrite(need);
+    own = panels.data();
+  }
   for (int64_t c0 = 0; c0 < lay.chunks; c0 += depth_chunks) {
     const int64_t c1 = c0 + depth_chunks < lay.chunks ? c0 + depth_chunks : lay.chunks;
+    if (own != nullptr) pack_hybrid_panels(a, t_begin, supers, super, c0, c1, own);
     for (int64_t b = b_begin; b < b_end; ++b) {
       int64_t t0 = t_begin;
-      if (a.x_panels != nullptr) {
-        alignas(64) float stage[kLaneRows * kStageLd];
-        const int64_t super = lane_hybrid_tokens(a.n, a.m);
-        for (; t0 + super <= t_end; t0 += super) {
-          if (super == 64) {  // lane_hybrid_tokens' two shapes: 4 · 8 + 32, 6 · 16 + 32
-            hybrid_super_tile<4, 4, 2>(a, lay, t0, b, c0, c1, stage);
-          } else {
-            hybrid_super_tile<6, 2, 2>(a, lay, t0, b, c0, c1, stage);
-          }
+      alignas(64) float stage[kLaneRows * kStageLd];
+      for (int64_t j = 0; j < supers; ++j, t0 += super) {
+        const float* panel_c0 =
+            own != nullptr ? own + j * (c1 - c0) * kLaneChunk * kLanePanel
+                           : a.x_panels + (t0 / super * a.depth + kLaneChunk * c0) * kLanePanel;
+        if (super == 64) {  // lane_hybrid_tokens' two shapes: 4 · 8 + 32, 6 · 16 + 32
+          hybrid_super_tile<4, 4, 2>(a, lay, t0, b, c0, c1, panel_c0, stage);
+        } else {
+          hybrid_super_tile<6, 2, 2>(a, lay, t0, b, c0, c1, panel_c0, stage);
         }
       }
       for (; t0 + kTileTokens <= t_end; t0 += kTileTokens) {

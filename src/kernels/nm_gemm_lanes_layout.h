@@ -79,13 +79,17 @@ struct NmGemmLaneArgs {
   const uint8_t* start_keep = nullptr;  // [rows, tokens] bytes, row stride start_ldkeep
   int64_t start_ldkeep = 0;
   float start_lambda = 0.0f;
-  // The hybrid kernel (Yᵀ form only; null for the permute-only kernel): with S =
-  // lane_hybrid_tokens(n, m), the load-fed tokens of each full super-tile j (tokens [j · S, (j +
-  // 1) · S)) in panel j, element (token (j + 1) · S − kLanePanel + i, column k) at
+  // The hybrid kernel, given its panels (nm_wgrad's Yᵀ form; null for the permute-only kernel):
+  // with S = lane_hybrid_tokens(n, m), the load-fed tokens of each full super-tile j (tokens
+  // [j · S, (j + 1) · S)) in panel j, element (token (j + 1) · S − kLanePanel + i, column k) at
   // x_panels[(j · depth + k) · kLanePanel + i]; t_begin of every call a multiple of S. (Panels of
   // all tokens, with super-tiles of 128, 4 times the copying: nm_wgrad at T 8192 x 3072 -> 768
   // took 262.5 ms against 252-254, one thread, Zen 4.)
   const float* x_panels = nullptr;
+  // The hybrid kernel on a row-major Y (the forward and backward-data products; x_panels null):
+  // each call packs the panels of its own super-tiles from x, one K block at a time, into a
+  // buffer of its thread (super-tiles counted from t_begin).
+  bool hybrid_pack = false;
   // The last K block writes Y with streaming stores (whole lines, no read for ownership; y 64-byte
   // aligned and ldy a multiple of 16), for a Y larger than the caches: the hybrid kernel each
   // super-tile's rows (nm_wgrad's dW), the row-major tile its tokens' two lines when the row block
@@ -94,9 +98,10 @@ struct NmGemmLaneArgs {
 };
 
 // Y for tokens [t_begin, t_end) and row blocks [b_begin, b_end) (nm_gemm_lanes_avx512.cpp): per
-// K block of up to 128 chunks, per row block, per tile of 8 tokens; each output element is the
-// fused multiply-add chain over its kept slots in order from 0 (stored to Y and reloaded between
-// K blocks), bitwise the scalar path's result.
+// K block of up to 128 chunks, per row block, per hybrid super-tile (x_panels or hybrid_pack) and
+// per tile of 8 tokens after the last one; each output element is the fused multiply-add chain
+// over its kept slots in order from 0 (stored to Y and reloaded between K blocks), bitwise the
+// scalar path's result.
 void nm_gemm_lanes_avx512(const NmGemmLaneArgs& a, int64_t t_begin, int64_t t_end, int64_t b_begin,
                           int64_t b_end);
 
