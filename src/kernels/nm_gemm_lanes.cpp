@@ -47,8 +47,14 @@ std::atomic<int> g_pairs_override{-1};     // -1: none; 0 single panels; 1 pairs
 std::atomic<int> g_stream_y_override{-1};  // -1: by size; 0 never; 1 always (aligned Y)
 std::atomic<int> g_hybrid_override{-1};    // -1: the default; 0 permute-only; 1 hybrid
 
-// The hybrid kernel for row-major Y (NmGemmLaneArgs::hybrid_pack). NMSPARSE_NM_GEMM_HYBRID=0|1
-// overrides the default.
+// The hybrid kernel for row-major Y (NmGemmLaneArgs::hybrid_pack). One thread, 2:4, ms permute-only
+// -> hybrid, two alternating runs each (`NMSPARSE_NM_GEMM_HYBRID=0|1 nmsparse bench kernels
+// --gemms forward`): T 8192 x 768 -> 3072 233.6-235.5 -> 225.9-228.5, 8192 x 3072 -> 768
+// 238.3-242.1 -> 233.2-235.4, 2048^3 105.3-105.4 -> 100.2-102.4, 512 x 4096 -> 4096 105.6-106.9 ->
+// 99.7-104.7; one run each at T 8192 x 768 -> 3072 / 2048^3: 1:2 236.5 / 105.2 -> 224.3 / 100.8,
+// 4:8 237.4 / 105.6 -> 224.0 / 100.5, 8:16 251.2 / 105.1 -> 225.8 / 100.8, 1:4 127.7 / 56.3 ->
+// 125.3 / 57.0. Work items of 128 tokens instead of 256: 237-247 / 236-252 / 104-105 / 104-105.
+// NMSPARSE_NM_GEMM_HYBRID=0|1 overrides the default.
 bool hybrid_default() {
   const char* env = std::getenv("NMSPARSE_NM_GEMM_HYBRID");
   if (env != nullptr && *env != '\0') {

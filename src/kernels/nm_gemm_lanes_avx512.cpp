@@ -5,7 +5,8 @@
 // permute-fed 2.7 G/s, load-fed 3.1 G/s, OpenBLAS ~3.3 G/s; the broadcast kernel's 10 loads per 8
 // FMAs put it at 1.11-1.27x of OpenBLAS at 2:4 there, this one at 1.34-1.48x
 // (a standalone copy with fewer spills: 1.51-1.6x; docs/performance.md, "On Zen 4").
-// The hybrid pass below (nm_wgrad's route, Yᵀ form) adds load-fed FMAs to the same loop.
+// The hybrid pass below adds load-fed FMAs to the same loop: nm_wgrad's Yᵀ form with its own
+// panels, and the forward and backward-data products' row-major Y with panels packed here.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -32,10 +33,11 @@ constexpr int64_t kDepthChunks = 128;
 // i at stage[r · kStageLd + i]. A super-tile starts it from the start term (the first K block with
 // a.start_w set: λ · w where the keep byte is 0, 0 where it is not, load_transposed's arithmetic)
 // or from Y (a later K block), its passes load and store their tiles there, and it goes back to Y
-// row by row. In place, a pass's 32 rows of Y, W and the keep bytes (16 KB, 16 KB and 4 KB apart
-// at 4096 features) fell into one L1 set; the stage's rows (576 bytes apart) spread over sets and
-// each row of Y, W and the keep bytes is read or written as consecutive lines. One thread, Zen
-// 4, T 512 x 4096 -> 4096 2:4: nm_wgrad 117-133 -> 114-117 ms (`bench_wgrad
+// row by row (a row-major Y: through 16 x 16 transposes each way). In place, a pass's 32 rows of Y,
+// W and the keep bytes (16 KB, 16 KB and 4 KB apart at 4096 features) fell into one L1 set; the
+// stage's rows (576 bytes apart) spread over sets and each row of Y, W and the keep bytes is read
+// or written as consecutive lines. One thread, Zen 4, T 512 x 4096 -> 4096 2:4: nm_wgrad 117-133 ->
+// 114-117 ms (`bench_wgrad
 // --benchmark_filter=BM_NmWgrad/0/3/1/0`, three alternating runs), the decay's extra cost 15.0 /
 // 16.6 -> 11.2 / 9.1 ms (`--benchmark_filter=NmWgradDecay/3`, two). T 8192 and 2048^3 measured
 // within the noise (super-tiles of 128 tokens). Software prefetching the next super-tile's rows
@@ -288,10 +290,10 @@ inline void stage_to_y(const NmGemmLaneArgs& a, int64_t row0, int64_t t_super, i
   }
 }
 
-// The hybrid pass (Yᵀ form with a.x_panels set): one walk over the chunks of row block b feeds two
-// disjoint output tiles. Permute-fed: RT tokens from tb x the block's 32 rows, as in tile<RT>.
+// The hybrid pass (a.x_panels or a.hybrid_pack set): one walk over the chunks of row block b feeds
+// two disjoint output tiles. Permute-fed: RT tokens from tb x the block's 32 rows, as in tile<RT>.
 // Load-fed: RA rows from row0 + ra0 x 16 · VA tokens from ta, each slot's value broadcast and its
-// column's row of the token panel (a.x_panels) read as the FMA's memory operand (row = 16 c +
+// column's row of the token panel (`panel_c0` on) read as the FMA's memory operand (row = 16 c +
 // lane, the same lane index the permute uses). Per slot 2 · RT permute-fed FMAs and RA · VA
 // load-fed ones, against 16 permute-fed in tile<8>: bench_port_mix ran permute-fed FMAs alone at
 // 2.7 G/s and 1:1 mixes with load-fed ones at 3.67 G/s (the register-fed peak).
@@ -405,13 +407,20 @@ inline void hybrid_pass(const NmGemmLaneArgs& a, const NmGemmLaneLayout& lay, in
 // stride between slots) instead of from 32-token panels, at RT 4 RA 2 VA 2: 200.0 / 144.0.
 // Chunks per K block of the hybrid pass: 128, as for tile<8>. 32 (a token block's Xᵀ rows, panels
 // and slab all in L2) measured 274.3 -> 298.1 ms at T 8192 768 -> 3072 and 113.3 -> 131.1 ms at
-// 2048^3 (nm_wgrad, one thread, 2:4).
+// 2048^3 (nm_wgrad, one thread, 2:4). The forward on row-major Y, one thread, 2:4, ms at T 8192 x
+// 768 -> 3072 / 8192 x 3072 -> 768 / 2048^3 / 512 x 4096 -> 4096 (`nmsparse bench kernels
+// --gemms forward`, two runs): 128 chunks 225-239 / 229-245 / 99-106 / 99-104, 64 227-299 /
+// 238-315 / 105-141 / 106-139, 32 283-292 / 246-261 / 115-117 / 115-122; 256 at the last two
+// shapes 245-248 / 110-114 against 235-237 / 101-105. Super-tile by super-tile over all row blocks
+// (each super-tile's X in L2, the operand's slabs from L3) instead of row block by row block:
+// 229-231 / 233-238 / 111-112 / 113-114.
 constexpr int64_t kHybridDepthChunks = 128;
 
 // One super-tile of row block b over chunks [c0, c1): its stage from Y or the start term, the
-// passes of hybrid_pass<RT, RA, VA>, and the stage back to Y.
-// `panel_c0`: the load-fed tokens' panel rows from chunk c0 on (row 16 · (c - c0) + lane, 32 floats
-// each).
+// passes of hybrid_pass<RT, RA, VA>, and the stage back to Y. `panel_c0`: the load-fed tokens'
+// panel rows from chunk c0 on (row 16 · (c - c0) + lane, 32 floats each). Prefetching the row-major
+// Y lines a first K block will write (as tile<RT> does) measured slower: T 8192 x 3072 -> 768
+// 231-236 -> 242-246 ms, the others within noise.
 template <int RT, int RA, int VA>
 void hybrid_super_tile(const NmGemmLaneArgs& a, const NmGemmLaneLayout& lay, int64_t t0, int64_t b,
                        int64_t c0, int64_t c1, const float* panel_c0, float* stage) {
