@@ -17,7 +17,6 @@
 #include "nmsparse/core/error.h"
 #include "nmsparse/core/isa.h"
 #include "nmsparse/core/threading.h"
-#include "nmsparse/kernels/transpose.h"
 
 namespace nms {
 namespace {
@@ -176,6 +175,9 @@ bool use_gemm_kernel(NmWgradKernel kernel, Isa isa, int64_t tokens, int64_t in, 
 // Narrow X (the vision transformer's 192 features) is kernel A's: 6400 x 192 -> 768 15.1 / 20.5
 // / 20.9, 6400 x 192 -> 576 11.0 / 15.1 / 16.2, 6400 x 768 -> 192 15.9 / 14.9 / 16.8 (a second
 // run), and kernel A's direct micro-tile (m = 4) has since taken 6400 x 192 -> 768 to 13.5 ms.
+// Xᵀ and the panels at least this large are written around the cache (transpose_into's bound).
+constexpr int64_t kSplitStreamBytes = int64_t{8} << 20;
+
 bool use_permute_kernel(NmWgradKernel kernel, NmPattern pattern, int64_t in) {
   if (detail::kLaneChunk % pattern.m != 0) return false;
   if (kernel == NmWgradKernel::kAuto) {
@@ -197,7 +199,6 @@ void wgrad_permute_from_lanes(int64_t out, NmPattern pattern, ConstMatrixViewF x
   const int64_t ld_t = (tokens + 15) / 16 * 16 + 16;
   const int64_t need = detail::mul_checked(in, ld_t, "nm_wgrad Xᵀ");
   if (w.x_t.size() < need) w.x_t.resize_for_overwrite(need);
-  transpose_into(x, MatrixViewF(w.x_t.data(), in, tokens, ld_t));
   detail::NmGemmLaneArgs args;
   args.x = w.x_t.data();
   args.ldx = ld_t;
@@ -216,18 +217,26 @@ void wgrad_permute_from_lanes(int64_t out, NmPattern pattern, ConstMatrixViewF x
   args.y_stream = dw.size() * int64_t{4} >= detail::kWgradStreamBytes &&
                   reinterpret_cast<uintptr_t>(dw.data()) % 64 == 0 && dw.ld() % 16 == 0;
   // The hybrid kernel's panels of the product's X (= Xᵀ): per full super-tile of `super` in
-  // features, its last 32, the load-fed ones, T rows.
+  // features, its last 32, the load-fed ones, T rows; and Xᵀ rows of the other features. One pass
+  // over X for both, in blocks of 256 tokens (the whole Xᵀ by transpose_into, then the panels
+  // copied from X, took 17-25 ms at T 8192 x 3072, 4-6 ms at 8192 x 768, one thread, Zen 4).
   const int64_t super = detail::lane_hybrid_tokens(pattern.n, pattern.m);
-  const int64_t panels = in / super;
-  const int64_t panel_floats = tokens * detail::kLanePanel;
-  const int64_t panels_need = detail::mul_checked(panels, panel_floats, "nm_wgrad X panels");
+  const int64_t panels_need =
+      detail::mul_checked(in / super, tokens * detail::kLanePanel, "nm_wgrad X panels");
   if (w.x_panels.size() < panels_need) w.x_panels.resize_for_overwrite(panels_need);
-  detail::parallel_for(panels, [&](int64_t p) {
-    const int64_t c = (p + 1) * super - detail::kLanePanel;
-    float* dst = w.x_panels.data() + p * panel_floats;
-    for (int64_t t = 0; t < tokens; ++t, dst += detail::kLanePanel) {
-      std::memcpy(dst, x.row(t) + c, detail::kLanePanel * sizeof(float));
-    }
+  detail::WgradSplitXArgs split;
+  split.x = x.data();
+  split.ldx = x.ld();
+  split.tokens = tokens;
+  split.in = in;
+  split.super = super;
+  split.x_t = w.x_t.data();
+  split.ld_t = ld_t;
+  split.panels = w.x_panels.data();
+  split.stream = in * tokens * int64_t{4} >= kSplitStreamBytes;
+  constexpr int64_t kSplitTokens = 256;
+  detail::parallel_for((tokens + kSplitTokens - 1) / kSplitTokens, [&](int64_t i) {
+    detail::wgrad_split_x_avx512(split, i * kSplitTokens, std::min(tokens, (i + 1) * kSplitTokens));
   });
   args.x_panels = w.x_panels.data();
   if (decay != nullptr) {

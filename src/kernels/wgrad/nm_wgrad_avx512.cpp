@@ -15,8 +15,10 @@
 // mask extract the index, and the token offset adds the precomputed group start.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 
+#include "kernels/first_lanes_avx512.h"
 #include "kernels/transpose16_avx512.h"
 #include "kernels/wgrad/wgrad_kernels.h"
 
@@ -242,6 +244,43 @@ void wgrad_lane_piece_avx512(const float* vals, const int32_t* offs, int slots, 
     }
   }
   _mm_sfence();  // the streamed lines ordered before the caller's synchronisation
+}
+
+void wgrad_split_x_avx512(const WgradSplitXArgs& a, int64_t t_begin, int64_t t_end) {
+  const int64_t supers = a.in / a.super;
+  const int64_t fed = a.super - kLanePanel;  // permute-fed features per super-tile
+  for (int64_t t0 = t_begin; t0 < t_end; t0 += 16) {
+    const int64_t real = std::min<int64_t>(16, t_end - t0);
+    // Features [f0, f0 + width), width <= 16, of the 16 tokens from t0 into x_t.
+    const auto transpose_features = [&](int64_t f0, int64_t width) {
+      const __mmask16 km = first_lanes(width);
+      __m512 r[16];
+      for (int i = 0; i < 16; ++i) {
+        r[i] =
+            i < real ? _mm512_maskz_loadu_ps(km, a.x + (t0 + i) * a.ldx + f0) : _mm512_setzero_ps();
+      }
+      transpose16(r);
+      for (int64_t j = 0; j < width; ++j) {
+        float* dst = a.x_t + (f0 + j) * a.ld_t + t0;
+        a.stream ? _mm512_stream_ps(dst, r[j]) : _mm512_store_ps(dst, r[j]);
+      }
+    };
+    for (int64_t p = 0; p < supers; ++p) {
+      for (int64_t f = 0; f < fed; f += 16) transpose_features(p * a.super + f, 16);
+      const float* src = a.x + t0 * a.ldx + p * a.super + fed;
+      float* dst = a.panels + (p * a.tokens + t0) * kLanePanel;
+      for (int64_t i = 0; i < real; ++i, src += a.ldx, dst += kLanePanel) {
+        for (int64_t v = 0; v < kLanePanel; v += 16) {
+          const __m512 x = _mm512_loadu_ps(src + v);
+          a.stream ? _mm512_stream_ps(dst + v, x) : _mm512_store_ps(dst + v, x);
+        }
+      }
+    }
+    for (int64_t f = supers * a.super; f < a.in; f += 16) {
+      transpose_features(f, std::min<int64_t>(16, a.in - f));
+    }
+  }
+  if (a.stream) _mm_sfence();  // the streamed lines ordered before the caller's synchronisation
 }
 
 void wgrad_tile_m4_avx512(const WgradTileArgs& t) {

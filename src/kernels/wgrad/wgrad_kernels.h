@@ -117,4 +117,24 @@ void wgrad_tile_avx512(const WgradTileArgs& t);
 inline constexpr int kWgradDirectMaxSlots = 32;
 void wgrad_tile_m4_avx512(const WgradTileArgs& t);
 
+// The permute route's two copies of X ([tokens, in], row stride ldx) made in one pass over its
+// rows (wgrad_permute_from_lanes; the hybrid kernel's tokens are the in features): with S =
+// super, the first S - kLanePanel features of each full super-tile and the features after the last
+// one transposed into x_t (feature f, token t at x_t[f · ld_t + t]), the last kLanePanel of
+// super-tile p copied into its panel (token t, feature (p + 1) · S - kLanePanel + i at
+// panels[(p · tokens + t) · kLanePanel + i]). x_t's rows of the panels' features are not written
+// (the kernel does not read them), and a partial last block of 16 tokens writes zeros past
+// `tokens` (ld_t >= tokens rounded up to 16). x_t and panels 64-byte aligned, ld_t a multiple of
+// 16; with `stream` every line is written around the cache.
+struct WgradSplitXArgs {
+  const float* x;
+  int64_t ldx, tokens, in, super;
+  float* x_t;
+  int64_t ld_t;
+  float* panels;
+  bool stream;
+};
+// Tokens [t_begin, t_end), t_begin a multiple of 16.
+void wgrad_split_x_avx512(const WgradSplitXArgs& a, int64_t t_begin, int64_t t_end);
+
 }  // namespace nms::detail
