@@ -218,8 +218,10 @@ void wgrad_permute_from_lanes(int64_t out, NmPattern pattern, ConstMatrixViewF x
                   reinterpret_cast<uintptr_t>(dw.data()) % 64 == 0 && dw.ld() % 16 == 0;
   // The hybrid kernel's panels of the product's X (= Xᵀ): per full super-tile of `super` in
   // features, its last 32, the load-fed ones, T rows; and Xᵀ rows of the other features. One pass
-  // over X for both, in blocks of 256 tokens (the whole Xᵀ by transpose_into, then the panels
-  // copied from X, took 17-25 ms at T 8192 x 3072, 4-6 ms at 8192 x 768, one thread, Zen 4).
+  // over X for both, in blocks of 256 tokens. Against the whole Xᵀ by transpose_into and then the
+  // panels copied from X, one thread, Zen 4, medians of 9 alternating calls, two runs, ms: T 8192 x
+  // 3072 15.2-21.7 -> 7.3-10.1, 8192 x 768 4.1-4.7 -> 1.7-2.4, 2048 x 2048 2.2-2.7 -> 1.0-1.2,
+  // 512 x 4096 0.50-0.64 -> 0.32-0.35 (2:4's super-tiles of 64 features).
   const int64_t super = detail::lane_hybrid_tokens(pattern.n, pattern.m);
   const int64_t panels_need =
       detail::mul_checked(in / super, tokens * detail::kLanePanel, "nm_wgrad X panels");
