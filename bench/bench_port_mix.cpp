@@ -105,40 +105,13 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) double dpbf16_permute_fed
   return lane_sum(total);
 }
 
-// A 32-column chunk (what a 16:32 group spans) in the permute kernel's form: each FMA fed by a
-// two-source vpermi2ps of the chunk's two X vectors, its index reloaded per permute (the
-// instruction overwrites it; a register copy of it instead ran at 1.85 G/s). On Zen 4 the pair ran
-// at 1.9-2.0 G/s against 2.7 G/s for vpermps + FMA (docs/performance.md: why 16:32 stays on the
-// broadcast kernel).
-__attribute__((target("avx512f"))) double permute2_fed(const float* buffer) {
-  __m512 acc[12];
-  for (auto& a : acc) a = _mm512_setzero_ps();
-  const __m512 w = _mm512_set1_ps(1e-7f);
-  for (int64_t it = 0; it < kIterations; ++it) {
-    const float* row = buffer + (it & 31) * 16;
-    __asm__("" : "+r"(row));
-    const __m512 lo = _mm512_load_ps(row + 4096);
-    const __m512 hi = _mm512_load_ps(row + 4096 + 16);
-#pragma GCC unroll 12
-    for (int i = 0; i < 12; ++i) {
-      __m512 p;
-      // The index from memory each time (the permute replaces it), as the kernel would load it.
-      __asm__ volatile(
-          "vmovdqa32 %c[off](%[idx]), %[p]\n\tvpermi2ps %[hi], %[lo], %[p]"
-          : [p] "=&v"(p)
-          : [idx] "r"(row + 2048), [off] "i"(64 * (i % 4)), [lo] "v"(lo), [hi] "v"(hi));
-      acc[i] = _mm512_fmadd_ps(w, p, acc[i]);
-    }
-  }
-  __m512 total = _mm512_setzero_ps();
-  for (int i = 0; i < 12; ++i) total = _mm512_add_ps(total, acc[i]);
-  return lane_sum(total);
-}
-
-// permute2_fed's FMAs mixed with load-fed ones, as a hybrid 16:32 kernel would run them: per
-// iteration kPermutes vpermi2ps-fed FMAs and kLoads with a memory operand. On Zen 4: 8 + 8 2.74
-// G/s, 12 loads + 6 permutes 2.92 G/s, against 3.56-3.65 G/s for the same mixes with vpermps (so a
-// hybrid 16:32 kernel would not beat its broadcast kernel's 2.1-2.4 G/s by enough to pay for it).
+// A 32-column chunk (what a 16:32 group spans) in the permute kernel's form: kPermutes FMAs per
+// iteration each fed by a two-source vpermi2ps of the chunk's two X vectors, its index reloaded per
+// permute (the instruction overwrites it; a register copy of it instead ran at 1.85 G/s), and
+// kLoads FMAs with a memory operand, as a hybrid 16:32 kernel would mix them. On Zen 4 the
+// permute-fed ones alone ran at 1.9-2.0 G/s against 2.7 G/s for vpermps + FMA; 8 + 8 at 2.74 G/s,
+// 12 loads + 6 permutes at 2.92 G/s, against 3.56-3.65 G/s for the same mixes with vpermps
+// (docs/performance.md: why 16:32 stays on the broadcast kernel).
 template <int kLoads, int kPermutes>
 __attribute__((target("avx512f"))) double permute2_mix(const float* buffer) {
   __m512 acc[kLoads + kPermutes];
@@ -152,6 +125,7 @@ __attribute__((target("avx512f"))) double permute2_mix(const float* buffer) {
 #pragma GCC unroll 16
     for (int i = 0; i < kPermutes; ++i) {
       __m512 p;
+      // The index from memory each time (the permute replaces it), as the kernel would load it.
       __asm__ volatile(
           "vmovdqa32 %c[off](%[idx]), %[p]\n\tvpermi2ps %[hi], %[lo], %[p]"
           : [p] "=&v"(p)
@@ -198,7 +172,7 @@ void BM_FmaRegisters(benchmark::State& state) {
 }
 
 void BM_FmaPermute2Fed(benchmark::State& state) {
-  run(state, permute2_fed, 12);
+  run(state, permute2_mix<0, 12>, 12);
 }
 
 template <int kLoads, int kPermutes>
