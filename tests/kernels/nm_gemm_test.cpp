@@ -228,80 +228,31 @@ TEST(NmGemm, PermuteKernelBlockingEdges) {
   }
 }
 
-// Sets the permute driver's streamed Y for a scope (nm_gemm_lanes.h).
-class ScopedStreamY {
+// Sets the permute driver's streamed Y and hybrid super-tiles for a scope (nm_gemm_lanes.h).
+class ScopedLaneDriver {
  public:
-  explicit ScopedStreamY(bool stream) { detail::set_nm_gemm_lanes_stream_y_override(stream); }
-  ~ScopedStreamY() { detail::set_nm_gemm_lanes_stream_y_override(-1); }
-  ScopedStreamY(const ScopedStreamY&) = delete;
-  ScopedStreamY& operator=(const ScopedStreamY&) = delete;
-};
-
-TEST(NmGemm, PermuteKernelStreamsYWithTheSameBits) {
-  // A large Y is written with streaming stores in the last K block, whole row blocks only, and the
-  // tiles add the bias before they store. Forced on here at small sizes: partial row blocks (80 =
-  // 2 x 32 + 16, 40), one and two K blocks, token tails, a row stride wider than the rows, 1 and 2
-  // threads; every result bit for bit the plain stores' and the scalar path's, bias included.
-  if (isa_supported() < Isa::kAvx512) GTEST_SKIP() << "no AVX-512 on this CPU";
-  ScopedNmGemmKernel permute(NmGemmKernel::kPermute);
-  struct Shape {
-    int64_t tokens, depth, rows, ld;
-    NmPattern pattern;
-  };
-  uint64_t seed = 1200;
-  for (const Shape& s : {Shape{37, 2096, 80, 80, {2, 4}}, Shape{300, 48, 64, 96, {1, 4}},
-                         Shape{19, 160, 40, 48, {4, 8}}}) {
-    SCOPED_TRACE(std::to_string(s.tokens) + " x " + std::to_string(s.depth) + " -> " +
-                 std::to_string(s.rows) + ", ld " + std::to_string(s.ld));
-    const Matrix d = testing::random_nm(s.rows, s.depth, s.pattern, NmAxis::kRows, seed++);
-    const NmGemmOperand a = nm_gemm_pack(nm_compress(d.view(), s.pattern));
-    ASSERT_GT(a.lane_values.size(), 0) << "the permute kernel's operand";
-    const Matrix x = testing::random_matrix(s.tokens, s.depth, seed++);
-    std::vector<float> bias(static_cast<size_t>(s.rows));
-    for (size_t r = 0; r < bias.size(); ++r) bias[r] = 0.125f * float(r % 5) - 0.3f;
-    for (const float* b :
-         {static_cast<const float*>(nullptr), static_cast<const float*>(bias.data())}) {
-      SCOPED_TRACE(b != nullptr ? "with bias" : "no bias");
-      Matrix want(s.tokens, s.ld);
-      {
-        ScopedIsa scalar(Isa::kScalar);
-        nm_gemm(x.view(), a, MatrixViewF(want.data(), s.tokens, s.rows, s.ld), b);
-      }
-      for (int threads : {1, 2}) {
-        for (bool stream : {false, true}) {
-          SCOPED_TRACE(std::string(stream ? "streamed" : "plain") + ", threads " +
-                       std::to_string(threads));
-          ScopedNumThreads scoped_threads(threads);
-          const ScopedStreamY scoped_stream(stream);
-          Matrix y(s.tokens, s.ld);
-          std::fill(y.data(), y.data() + y.size(), -7.0f);
-          nm_gemm(x.view(), a, MatrixViewF(y.data(), s.tokens, s.rows, s.ld), b);
-          for (int64_t t = 0; t < s.tokens; ++t) {
-            ASSERT_EQ(std::memcmp(&y(t, 0), &want(t, 0), sizeof(float) * s.rows), 0) << t;
-            for (int64_t r = s.rows; r < s.ld; ++r) ASSERT_EQ(y(t, r), -7.0f) << t << ", " << r;
-          }
-        }
-      }
-    }
+  ScopedLaneDriver(bool stream, bool hybrid) {
+    detail::set_nm_gemm_lanes_stream_y_override(stream);
+    detail::set_nm_gemm_lanes_hybrid_override(hybrid);
   }
-}
-
-// Sets the permute driver's hybrid super-tiles for a scope (nm_gemm_lanes.h).
-class ScopedHybrid {
- public:
-  explicit ScopedHybrid(bool hybrid) { detail::set_nm_gemm_lanes_hybrid_override(hybrid); }
-  ~ScopedHybrid() { detail::set_nm_gemm_lanes_hybrid_override(-1); }
-  ScopedHybrid(const ScopedHybrid&) = delete;
-  ScopedHybrid& operator=(const ScopedHybrid&) = delete;
+  ~ScopedLaneDriver() {
+    detail::set_nm_gemm_lanes_stream_y_override(-1);
+    detail::set_nm_gemm_lanes_hybrid_override(-1);
+  }
+  ScopedLaneDriver(const ScopedLaneDriver&) = delete;
+  ScopedLaneDriver& operator=(const ScopedLaneDriver&) = delete;
 };
 
-TEST(NmGemm, HybridSuperTilesGiveThePermuteKernelsBits) {
-  // Row-major Y on hybrid super-tiles (64 tokens where a chunk holds 8 or more slots, 128 at 1:4;
-  // their last 32 tokens read from panels the call packs per K block, staged and transposed back
-  // into Y): one super-tile and a token tail, several per work item of 256 and a second item, a
-  // super-tile short of a token; partial chunks and row blocks (16 real rows in the last: 80), two
-  // K blocks; row strides of X and Y wider than their rows; bias; streamed stores; 1 and 2
-  // threads. Every result bit for bit the scalar path's and the permute-only tiles'.
+TEST(NmGemm, PermuteTilesAndHybridSuperTilesGiveTheScalarBits) {
+  // Row-major Y on the permute-only tiles and on hybrid super-tiles (64 tokens where a chunk holds
+  // 8 or more slots, 128 at 1:4; their last 32 tokens read from panels the call packs per K block,
+  // staged and transposed back into Y), each with plain and streamed stores (a large Y's last K
+  // block: whole row blocks only, the bias added before the store; forced on here at small
+  // sizes). Shapes: one super-tile and a token tail, several per work item of 256 and a second
+  // item, a super-tile short of a token; partial chunks and row blocks (16 real rows in the last:
+  // 80), one and two K blocks; row strides of X and Y wider than their rows; 1 and 2 threads,
+  // with and without the bias. Every result bit for bit the scalar path's, and Y's padding
+  // untouched.
   if (isa_supported() < Isa::kAvx512) GTEST_SKIP() << "no AVX-512 on this CPU";
   ScopedNmGemmKernel permute(NmGemmKernel::kPermute);
   struct Shape {
@@ -310,9 +261,10 @@ TEST(NmGemm, HybridSuperTilesGiveThePermuteKernelsBits) {
   };
   uint64_t seed = 1300;
   for (const Shape& s : {Shape{65, 40, 45, 44, 48, {2, 4}}, Shape{389, 2068, 80, 2068, 96, {2, 4}},
+                         Shape{37, 2096, 80, 2096, 80, {2, 4}}, Shape{300, 48, 64, 48, 96, {1, 4}},
                          Shape{200, 100, 33, 103, 33, {1, 4}}, Shape{63, 64, 32, 64, 32, {2, 4}},
                          Shape{129, 2096, 17, 2100, 32, {8, 16}}, Shape{64, 48, 96, 50, 96, {1, 2}},
-                         Shape{300, 64, 50, 64, 64, {3, 4}}}) {
+                         Shape{300, 64, 50, 64, 64, {3, 4}}, Shape{19, 160, 40, 160, 48, {4, 8}}}) {
     SCOPED_TRACE(std::to_string(s.tokens) + " x " + std::to_string(s.depth) + " -> " +
                  std::to_string(s.rows) + " " + s.pattern.to_string() + ", ld " +
                  std::to_string(s.ldx) + " / " + std::to_string(s.ldy));
@@ -332,17 +284,21 @@ TEST(NmGemm, HybridSuperTilesGiveThePermuteKernelsBits) {
         nm_gemm(x, a, MatrixViewF(want.data(), s.tokens, s.rows, s.ldy), b);
       }
       for (int threads : {1, 2}) {
-        for (int mode = 0; mode < 3; ++mode) {  // permute-only; hybrid; hybrid, streamed
-          SCOPED_TRACE("mode " + std::to_string(mode) + ", threads " + std::to_string(threads));
-          ScopedNumThreads scoped_threads(threads);
-          const ScopedHybrid scoped_hybrid(mode > 0);
-          const ScopedStreamY scoped_stream(mode == 2);
-          Matrix y(s.tokens, s.ldy);
-          std::fill(y.data(), y.data() + y.size(), -7.0f);
-          nm_gemm(x, a, MatrixViewF(y.data(), s.tokens, s.rows, s.ldy), b);
-          for (int64_t t = 0; t < s.tokens; ++t) {
-            ASSERT_EQ(std::memcmp(&y(t, 0), &want(t, 0), sizeof(float) * s.rows), 0) << t;
-            for (int64_t r = s.rows; r < s.ldy; ++r) ASSERT_EQ(y(t, r), -7.0f) << t << ", " << r;
+        for (bool hybrid : {false, true}) {
+          for (bool stream : {false, true}) {
+            SCOPED_TRACE(std::string(hybrid ? "hybrid" : "permute-only") + ", " +
+                         (stream ? "streamed" : "plain") + ", threads " + std::to_string(threads));
+            ScopedNumThreads scoped_threads(threads);
+            const ScopedLaneDriver driver(stream, hybrid);
+            Matrix y(s.tokens, s.ldy);
+            std::fill(y.data(), y.data() + y.size(), -7.0f);
+            nm_gemm(x, a, MatrixViewF(y.data(), s.tokens, s.rows, s.ldy), b);
+            for (int64_t t = 0; t < s.tokens; ++t) {
+              ASSERT_EQ(std::memcmp(&y(t, 0), &want(t, 0), sizeof(float) * s.rows), 0) << t;
+              for (int64_t r = s.rows; r < s.ldy; ++r) {
+                ASSERT_EQ(y(t, r), -7.0f) << t << ", " << r;
+              }
+            }
           }
         }
       }
