@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "core/parallel.h"
@@ -43,6 +44,18 @@ NmGemmKernel kernel_default() {
   return NmGemmKernel::kBroadcast;
 }
 
+// An environment switch between two settings: nullopt when `name` is unset or empty, whether it
+// is `on` when it is one of the two, an error naming both otherwise.
+std::optional<bool> env_switch(const char* name, const char* off, const char* off_means,
+                               const char* on, const char* on_means) {
+  const char* env = std::getenv(name);
+  if (env == nullptr || *env == '\0') return std::nullopt;
+  const std::string v(env);
+  NMS_CHECK(v == off || v == on, name, "=", v, " is not ", off, " (", off_means, ") or ", on, " (",
+            on_means, ")");
+  return v == on;
+}
+
 std::atomic<int> g_pairs_override{-1};     // -1: none; 0 single panels; 1 pairs
 std::atomic<int> g_stream_y_override{-1};  // -1: by size; 0 never; 1 always (aligned Y)
 std::atomic<int> g_hybrid_override{-1};    // -1: the default; 0 permute-only; 1 hybrid
@@ -56,14 +69,8 @@ std::atomic<int> g_hybrid_override{-1};    // -1: the default; 0 permute-only; 1
 // 125.3 / 57.0. Work items of 128 tokens instead of 256: 237-247 / 236-252 / 104-105 / 104-105.
 // NMSPARSE_NM_GEMM_HYBRID=0|1 overrides the default.
 bool hybrid_default() {
-  const char* env = std::getenv("NMSPARSE_NM_GEMM_HYBRID");
-  if (env != nullptr && *env != '\0') {
-    const std::string v(env);
-    NMS_CHECK(v == "0" || v == "1", "NMSPARSE_NM_GEMM_HYBRID=", v,
-              " is not 0 (permute-only tiles) or 1 (hybrid super-tiles)");
-    return v == "1";
-  }
-  return true;
+  return env_switch("NMSPARSE_NM_GEMM_HYBRID", "0", "permute-only tiles", "1", "hybrid super-tiles")
+      .value_or(true);
 }
 
 bool hybrid_active() {
@@ -82,13 +89,9 @@ bool hybrid_active() {
 // (pair) G zmm FMAs/s, and at 2.48 / 2.56 with every operand row in L1: the extra broadcasts are
 // not what limits them here (docs/performance.md).
 bool panel_pairs_default() {
-  const char* env = std::getenv("NMSPARSE_NM_GEMM_PANELS");
-  if (env != nullptr && *env != '\0') {
-    const std::string v(env);
-    NMS_CHECK(v == "1" || v == "2", "NMSPARSE_NM_GEMM_PANELS=", v,
-              " is not 1 (single token panels) or 2 (pairs)");
-    return v == "2";
-  }
+  const std::optional<bool> pairs =
+      env_switch("NMSPARSE_NM_GEMM_PANELS", "1", "single token panels", "2", "pairs");
+  if (pairs.has_value()) return *pairs;
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
   if (__builtin_cpu_is("amd")) return false;
