@@ -37,9 +37,9 @@ void nm_gemm_lanes_scalar(ConstMatrixViewF x, const NmGemmOperand& a, MatrixView
 // Y = X · Aᵀ on the permute kernel (an operand with the lane form, at the AVX-512 level):
 // work items of 256 tokens x a range of row blocks, over max_threads() threads, their full
 // super-tiles hybrid (NmGemmLaneArgs::hybrid_pack) unless set_nm_gemm_lanes_hybrid_override or
-// NMSPARSE_NM_GEMM_HYBRID=0 says otherwise. A Y of 64 MiB or
-// more (64-byte aligned, ld a multiple of 16) is written with streaming stores (NmGemmLaneArgs::
-// y_stream); the bias is added by the kernel's tiles.
+// NMSPARSE_NM_GEMM_HYBRID=0 says otherwise. A Y of 64 MiB or more (64-byte aligned, ld a multiple
+// of 16) is written with streaming stores (NmGemmLaneArgs::y_stream); the bias is added by the
+// kernel's tiles.
 void nm_gemm_lanes_run(ConstMatrixViewF x, const NmGemmOperand& a, MatrixViewF y,
                        const float* bias);
 // Tests: 1 streams every aligned Y in nm_gemm_lanes_run(x, a, y, bias), 0 none, -1 by size.

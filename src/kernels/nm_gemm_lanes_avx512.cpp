@@ -36,12 +36,11 @@ constexpr int64_t kDepthChunks = 128;
 // row by row (a row-major Y: through 16 x 16 transposes each way). In place, a pass's 32 rows of Y,
 // W and the keep bytes (16 KB, 16 KB and 4 KB apart at 4096 features) fell into one L1 set; the
 // stage's rows (576 bytes apart) spread over sets and each row of Y, W and the keep bytes is read
-// or written as consecutive lines. One thread, Zen 4, T 512 x 4096 -> 4096 2:4: nm_wgrad 117-133 ->
-// 114-117 ms (`bench_wgrad
-// --benchmark_filter=BM_NmWgrad/0/3/1/0`, three alternating runs), the decay's extra cost 15.0 /
-// 16.6 -> 11.2 / 9.1 ms (`--benchmark_filter=NmWgradDecay/3`, two). T 8192 and 2048^3 measured
-// within the noise (super-tiles of 128 tokens). Software prefetching the next super-tile's rows
-// changed nothing measurable.
+// or written as consecutive lines. One thread, Zen 4, T 512 x 4096 -> 4096 2:4: nm_wgrad 117-133
+// -> 114-117 ms (`bench_wgrad --benchmark_filter=BM_NmWgrad/0/3/1/0`, three alternating runs), the
+// decay's extra cost 15.0 / 16.6 -> 11.2 / 9.1 ms (`--benchmark_filter=NmWgradDecay/3`, two). T
+// 8192 and 2048^3 measured within the noise (super-tiles of 128 tokens). Software prefetching the
+// next super-tile's rows changed nothing measurable.
 constexpr int64_t kStageLd = kLaneHybridMaxTokens + 16;
 
 inline void stage_start_term(const NmGemmLaneArgs& a, int64_t row0, int64_t t_super, int64_t super,
@@ -222,9 +221,9 @@ inline void stage_from_y(const NmGemmLaneArgs& a, int64_t row0, int64_t t_super,
 }
 
 // The same for a row-major Y (the forward and backward-data products): 16 x 16 transposes of the
-// super-tile's tokens x each 16 of its rows (~64 shuffles per 16 x 16 block against 4096 FMAs of
-// the super-tile's passes per K block and block at 2:4). Rows past a.rows are neither read nor
-// written (they stage as 0).
+// super-tile's tokens x each 16 of its rows (8 blocks of 64 shuffles against the 131 072 FMAs of
+// its passes over a K block of 128 chunks at 2:4, 49 152 at 768 columns). Rows past a.rows are
+// neither read nor written (they stage as 0).
 inline void stage_from_rows(const NmGemmLaneArgs& a, int64_t row0, int64_t t_super, int64_t super,
                             float* stage) {
   for (int64_t h = 0; h < kLaneRows / 16; ++h) {
