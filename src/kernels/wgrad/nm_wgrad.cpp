@@ -175,9 +175,6 @@ bool use_gemm_kernel(NmWgradKernel kernel, Isa isa, int64_t tokens, int64_t in, 
 // Narrow X (the vision transformer's 192 features) is kernel A's: 6400 x 192 -> 768 15.1 / 20.5
 // / 20.9, 6400 x 192 -> 576 11.0 / 15.1 / 16.2, 6400 x 768 -> 192 15.9 / 14.9 / 16.8 (a second
 // run), and kernel A's direct micro-tile (m = 4) has since taken 6400 x 192 -> 768 to 13.5 ms.
-// Xᵀ and the panels at least this large are written around the cache (transpose_into's bound).
-constexpr int64_t kSplitStreamBytes = int64_t{8} << 20;
-
 bool use_permute_kernel(NmWgradKernel kernel, NmPattern pattern, int64_t in) {
   if (detail::kLaneChunk % pattern.m != 0) return false;
   if (kernel == NmWgradKernel::kAuto) {
@@ -235,7 +232,7 @@ void wgrad_permute_from_lanes(int64_t out, NmPattern pattern, ConstMatrixViewF x
   split.x_t = w.x_t.data();
   split.ld_t = ld_t;
   split.panels = w.x_panels.data();
-  split.stream = in * tokens * int64_t{4} >= kSplitStreamBytes;
+  split.stream = in * tokens * int64_t{4} >= detail::kWgradStreamBytes;
   constexpr int64_t kSplitTokens = 256;
   detail::parallel_for((tokens + kSplitTokens - 1) / kSplitTokens, [&](int64_t i) {
     detail::wgrad_split_x_avx512(split, i * kSplitTokens, std::min(tokens, (i + 1) * kSplitTokens));

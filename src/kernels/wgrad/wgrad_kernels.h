@@ -29,7 +29,8 @@ inline constexpr int kWgradTileWords = kWgradRowTile * kWgradSlotStride;
 static_assert(kWgradPanel % 16 == 0 && kWgradPanel <= 256);
 // dW at least this large (and 64-byte aligned rows) is written in whole lines with streaming
 // stores where the route writes each line once in its last pass (nm_wgrad_bf16; nm_wgrad's
-// permute route): no read for ownership of lines the caches could not keep anyway.
+// permute route), and so are the permute route's Xᵀ and panels (wgrad_split_x_avx512) when X is:
+// no read for ownership of lines the caches could not keep anyway.
 inline constexpr int64_t kWgradStreamBytes = int64_t{8} << 20;
 
 // One row of dYᵀ (one column of the kCols-compressed dY) restricted to one K-block.
