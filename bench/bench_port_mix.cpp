@@ -35,7 +35,10 @@ __attribute__((target("avx512f"))) double lane_sum(__m512 v) {
 
 // Per iteration: kLoads FMAs with a memory operand (rows of a 32 KB L1 buffer) and kPermutes FMAs
 // fed by vpermps of a vector loaded once per 4 permutes. Independent accumulators throughout.
-template <int kLoads, int kPermutes>
+// kLoadsPerWeight > 0: the load-fed FMAs' other operand is a weight broadcast from L1
+// (vbroadcastss) once per kLoadsPerWeight of them, as the hybrid kernel's slot does (one per 2); 0:
+// a register.
+template <int kLoads, int kPermutes, int kLoadsPerWeight = 0>
 __attribute__((target("avx512f"))) double fma_mix(const float* buffer) {
   __m512 acc[kLoads > 0 ? kLoads : 1];
   __m512 pacc[kPermutes > 0 ? kPermutes : 1];
@@ -47,9 +50,11 @@ __attribute__((target("avx512f"))) double fma_mix(const float* buffer) {
   for (int64_t it = 0; it < kIterations; ++it) {
     const float* row = buffer + (it & 31) * 16;
     __asm__("" : "+r"(row));  // no hoisting across iterations
+    __m512 wl = w;
 #pragma GCC unroll 32
     for (int i = 0; i < kLoads; ++i) {
-      acc[i] = _mm512_fmadd_ps(w, _mm512_load_ps(row + 16 * (i % 8) + 512 * (i / 8)), acc[i]);
+      if (kLoadsPerWeight > 0 && i % kLoadsPerWeight == 0) wl = _mm512_set1_ps(row[2048 + i]);
+      acc[i] = _mm512_fmadd_ps(wl, _mm512_load_ps(row + 16 * (i % 8) + 512 * (i / 8)), acc[i]);
     }
     __m512 x = _mm512_setzero_ps();
 #pragma GCC unroll 32
@@ -161,9 +166,9 @@ void run(benchmark::State& state, double (*body)(const float*), int fmas_per_ite
       benchmark::Counter::kIsRate);
 }
 
-template <int kLoads, int kPermutes>
+template <int kLoads, int kPermutes, int kLoadsPerWeight = 0>
 void BM_FmaMix(benchmark::State& state) {
-  run(state, fma_mix<kLoads, kPermutes>, kLoads + kPermutes);
+  run(state, fma_mix<kLoads, kPermutes, kLoadsPerWeight>, kLoads + kPermutes);
 }
 
 void BM_FmaRegisters(benchmark::State& state) {
@@ -197,6 +202,9 @@ BENCHMARK(BM_Permute2Mix<12, 6>)->Name("BM_Permute2Mix/loads12/permutes6");
 BENCHMARK(BM_FmaMix<16, 4>)->Name("BM_FmaMix/loads16/permutes4");
 BENCHMARK(BM_FmaMix<16, 8>)->Name("BM_FmaMix/loads16/permutes8");
 BENCHMARK(BM_FmaMix<12, 12>)->Name("BM_FmaMix/loads12/permutes12");
+BENCHMARK(BM_FmaMix<8, 8>)->Name("BM_FmaMix/loads8/permutes8");
+BENCHMARK(BM_FmaMix<8, 8, 2>)->Name("BM_FmaMix/loads8/permutes8/weight_per2");
+BENCHMARK(BM_FmaMix<12, 8, 3>)->Name("BM_FmaMix/loads12/permutes8/weight_per3");
 BENCHMARK(BM_Bf16PermuteFed);
 
 }  // namespace
