@@ -33,7 +33,8 @@ constexpr int64_t kDepthChunks = 128;
 // i at stage[r · kStageLd + i]. A super-tile starts it from the start term (the first K block with
 // a.start_w set: λ · w where the keep byte is 0, 0 where it is not, load_transposed's arithmetic)
 // or from Y (a later K block), its passes load and store their tiles there, and it goes back to Y
-// row by row (a row-major Y: through 16 x 16 transposes each way). In place, a pass's 32 rows of Y,
+// row by row. A row-major Y stages only the load-fed tokens (through 16 x 16 transposes each way;
+// the permute-fed tiles are rows of Y already and stay in place). In place, a pass's 32 rows of Y,
 // W and the keep bytes (16 KB, 16 KB and 4 KB apart at 4096 features) fell into one L1 set; the
 // stage's rows (576 bytes apart) spread over sets and each row of Y, W and the keep bytes is read
 // or written as consecutive lines. One thread, Zen 4, T 512 x 4096 -> 4096 2:4: nm_wgrad 117-133
@@ -88,13 +89,53 @@ inline void store_transposed(const NmGemmLaneArgs& a, int64_t t0, int64_t row0,
   });
 }
 
+// A row-major Y's tile rows: acc0[t] / acc1[t] = rows row0 .. row0 + 15 / row0 + 16 .. row0 + 31
+// of token t0 + t (rows past a.rows read as 0), and their store (real rows only), at the last K
+// block (`last`) adding the bias (one rounded addition after the chain, as add_bias) and, with
+// `stream`, writing each token's two whole lines around the cache.
+template <int RT>
+inline void load_rows(const NmGemmLaneArgs& a, int64_t t0, int64_t row0, __m512 acc0[RT],
+                      __m512 acc1[RT]) {
+  const __mmask16 m0 = first_lanes(a.rows - row0);
+  const __mmask16 m1 = first_lanes(a.rows - row0 - 16);
+  for (int t = 0; t < RT; ++t) {
+    const float* yr = a.y + (t0 + t) * a.ldy + row0;
+    acc0[t] = _mm512_maskz_loadu_ps(m0, yr);
+    acc1[t] = _mm512_maskz_loadu_ps(m1, yr + 16);
+  }
+}
+
+template <int RT>
+inline void store_rows(const NmGemmLaneArgs& a, int64_t t0, int64_t row0, bool last, bool stream,
+                       __m512 acc0[RT], __m512 acc1[RT]) {
+  const __mmask16 m0 = first_lanes(a.rows - row0);
+  const __mmask16 m1 = first_lanes(a.rows - row0 - 16);
+  if (last && a.bias != nullptr) {
+    const __m512 bias0 = _mm512_maskz_loadu_ps(m0, a.bias + row0);
+    const __m512 bias1 = _mm512_maskz_loadu_ps(m1, a.bias + row0 + 16);
+    for (int t = 0; t < RT; ++t) {
+      acc0[t] = _mm512_add_ps(acc0[t], bias0);
+      acc1[t] = _mm512_add_ps(acc1[t], bias1);
+    }
+  }
+  for (int t = 0; t < RT; ++t) {
+    float* yr = a.y + (t0 + t) * a.ldy + row0;
+    if (stream) {
+      _mm512_stream_ps(yr, acc0[t]);
+      _mm512_stream_ps(yr + 16, acc1[t]);
+    } else {
+      _mm512_mask_storeu_ps(yr, m0, acc0[t]);
+      _mm512_mask_storeu_ps(yr + 16, m1, acc1[t]);
+    }
+  }
+}
+
 // RT tokens x 32 rows of A (row block b) over chunks [c0, c1): from 0 when c0 == 0, else from Y
 // (in the Yᵀ form, from the start term when c0 == 0 and a.start_w is set).
 template <int RT>
 inline void tile(const NmGemmLaneArgs& a, const NmGemmLaneLayout& lay, int64_t t0, int64_t b,
                  int64_t c0, int64_t c1) {
   const int64_t row0 = kLaneRows * b;
-  const __mmask16 m0 = first_lanes(a.rows - row0);
   const __mmask16 m1 = first_lanes(a.rows - row0 - 16);
   const bool first = c0 == 0;
   // The row-major tile's Y lines (2 per token), prefetched before its chunks run: without this
@@ -116,12 +157,10 @@ inline void tile(const NmGemmLaneArgs& a, const NmGemmLaneLayout& lay, int64_t t
   __m512 acc1[RT];
   if (a.y_transposed && (!first || a.start_w != nullptr)) {
     load_transposed<RT>(a, t0, row0, first, acc0, acc1);
+  } else if (first) {
+    for (int t = 0; t < RT; ++t) acc0[t] = acc1[t] = _mm512_setzero_ps();
   } else {
-    for (int t = 0; t < RT; ++t) {
-      const float* yr = a.y + (t0 + t) * a.ldy + row0;
-      acc0[t] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m0, yr);
-      acc1[t] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m1, yr + 16);
-    }
+    load_rows<RT>(a, t0, row0, acc0, acc1);
   }
   // Whole chunks. Written plainly (indexing from the chunk's base, the slot count fixed): GCC 12
   // kept the 32 accumulator halves on the stack across chunks with pointer-bumping loops or a
@@ -166,25 +205,8 @@ inline void tile(const NmGemmLaneArgs& a, const NmGemmLaneLayout& lay, int64_t t
   }
   if (a.y_transposed) {
     store_transposed<RT>(a, t0, row0, acc0, acc1);
-    return;
-  }
-  if (last && a.bias != nullptr) {  // one rounded addition after the chain, as add_bias
-    const __m512 bias0 = _mm512_maskz_loadu_ps(m0, a.bias + row0);
-    const __m512 bias1 = _mm512_maskz_loadu_ps(m1, a.bias + row0 + 16);
-    for (int t = 0; t < RT; ++t) {
-      acc0[t] = _mm512_add_ps(acc0[t], bias0);
-      acc1[t] = _mm512_add_ps(acc1[t], bias1);
-    }
-  }
-  for (int t = 0; t < RT; ++t) {
-    float* yr = a.y + (t0 + t) * a.ldy + row0;
-    if (stream) {  // two whole lines: no read for ownership
-      _mm512_stream_ps(yr, acc0[t]);
-      _mm512_stream_ps(yr + 16, acc1[t]);
-    } else {
-      _mm512_mask_storeu_ps(yr, m0, acc0[t]);
-      _mm512_mask_storeu_ps(yr + 16, m1, acc1[t]);
-    }
+  } else {
+    store_rows<RT>(a, t0, row0, last, stream, acc0, acc1);
   }
 }
 
@@ -220,10 +242,10 @@ inline void stage_from_y(const NmGemmLaneArgs& a, int64_t row0, int64_t t_super,
   }
 }
 
-// The same for a row-major Y (the forward and backward-data products): 16 x 16 transposes of the
-// super-tile's tokens x each 16 of its rows (8 blocks of 64 shuffles against the 131 072 FMAs of
-// its passes over a K block of 128 chunks at 2:4, 49 152 at 768 columns). Rows past a.rows are
-// neither read nor written (they stage as 0).
+// The same for a row-major Y (the forward and backward-data products), `super` tokens from t_super
+// (the super-tile's load-fed 32): 16 x 16 transposes of the tokens x each 16 rows (4 blocks of 64
+// shuffles against the 131 072 FMAs of the passes over a K block of 128 chunks at 2:4, 49 152 at
+// 768 columns). Rows past a.rows are neither read nor written (they stage as 0).
 inline void stage_from_rows(const NmGemmLaneArgs& a, int64_t row0, int64_t t_super, int64_t super,
                             float* stage) {
   for (int64_t h = 0; h < kLaneRows / 16; ++h) {
@@ -296,8 +318,11 @@ inline void stage_to_y(const NmGemmLaneArgs& a, int64_t row0, int64_t t_super, i
 // lane, the same lane index the permute uses). Per slot 2 · RT permute-fed FMAs and RA · VA
 // load-fed ones, against 16 permute-fed in tile<8>: bench_port_mix ran permute-fed FMAs alone at
 // 2.7 G/s and 1:1 mixes with load-fed ones at 3.67 G/s (the register-fed peak).
-// The tiles start from and end in the super-tile's stage (t_super its first token). Each output
-// element is still the chain over its row's slots in order: the same bits.
+// The load-fed tile starts from and ends in the super-tile's stage (t_super its first token), and
+// so does the permute-fed one in the Yᵀ form; on a row-major Y the permute-fed tile is RT rows of Y
+// and is read and written in place, as tile<RT> does (bias and streaming at the last K block; its
+// lines prefetched in the first). Each output element is still the chain over its row's slots in
+// order: the same bits.
 template <int RT, int RA, int VA>
 inline void hybrid_pass(const NmGemmLaneArgs& a, const NmGemmLaneLayout& lay, int64_t tb,
                         int64_t ta, int64_t b, int64_t ra0, int64_t c0, int64_t c1,
@@ -309,8 +334,19 @@ inline void hybrid_pass(const NmGemmLaneArgs& a, const NmGemmLaneLayout& lay, in
   __m512 acc1[RT];
   if (from_zero) {
     for (int t = 0; t < RT; ++t) acc0[t] = acc1[t] = _mm512_setzero_ps();
-  } else {
+  } else if (a.y_transposed) {
     load_staged<RT>(stage + (tb - t_super), real, acc0, acc1);
+  } else {
+    load_rows<RT>(a, tb, row0, acc0, acc1);
+  }
+  const bool last = c1 == lay.chunks;
+  const bool stream = a.y_stream && last && real >= kLaneRows;
+  if (c0 == 0 && !a.y_transposed && !stream) {
+    for (int t = 0; t < RT; ++t) {
+      const float* yr = a.y + (tb + t) * a.ldy + row0;
+      __builtin_prefetch(yr, 1, 3);
+      if (real > 16) __builtin_prefetch(yr + 16, 1, 3);
+    }
   }
   __m512 acc[RA][VA];
   for (int r = 0; r < RA; ++r) {
@@ -375,7 +411,11 @@ inline void hybrid_pass(const NmGemmLaneArgs& a, const NmGemmLaneLayout& lay, in
       }
     }
   }
-  store_staged<RT>(stage + (tb - t_super), real, acc0, acc1);
+  if (a.y_transposed) {
+    store_staged<RT>(stage + (tb - t_super), real, acc0, acc1);
+  } else {
+    store_rows<RT>(a, tb, row0, last, stream, acc0, acc1);
+  }
   for (int r = 0; r < RA; ++r) {
     if (ra0 + r >= real) continue;
     for (int u = 0; u < VA; ++u) {
@@ -417,9 +457,12 @@ constexpr int64_t kHybridDepthChunks = 128;
 
 // One super-tile of row block b over chunks [c0, c1): its stage from Y or the start term, the
 // passes of hybrid_pass<RT, RA, VA>, and the stage back to Y. `panel_c0`: the load-fed tokens'
-// panel rows from chunk c0 on (row 16 · (c - c0) + lane, 32 floats each). Prefetching the row-major
-// Y lines a first K block will write (as tile<RT> does) measured slower: T 8192 x 3072 -> 768
-// 231-236 -> 242-246 ms, the others within noise.
+// panel rows from chunk c0 on (row 16 · (c - c0) + lane, 32 floats each).
+// On a row-major Y the whole super-tile was staged at first (its permute-fed tiles transposed into
+// the stage and back out again); their rows in place instead, one thread, 2:4, the kernel called
+// directly at T 8192 x 768 -> 3072 (best 5 of 12 alternating runs / medians, ms): streamed
+// 225.7 / 233.2 -> 222.1 / 225.1, Y not streamed 230.8 / 241.2 -> 226.2 / 239.1; at 1:4 within
+// the noise (121.0-123.7 streamed, 126.0-126.8 not).
 template <int RT, int RA, int VA>
 void hybrid_super_tile(const NmGemmLaneArgs& a, const NmGemmLaneLayout& lay, int64_t t0, int64_t b,
                        int64_t c0, int64_t c1, const float* panel_c0, float* stage) {
@@ -428,20 +471,21 @@ void hybrid_super_tile(const NmGemmLaneArgs& a, const NmGemmLaneLayout& lay, int
   static_assert(kSuper <= kLaneHybridMaxTokens, "the stage holds kLaneHybridMaxTokens tokens");
   const int64_t row0 = kLaneRows * b;
   const bool last = c1 == lay.chunks;
+  const int64_t ta = t0 + RT * kPasses;  // the load-fed tokens
+  float* const load_fed = stage + RT * kPasses;
   if (c0 > 0) {
     a.y_transposed ? stage_from_y(a, row0, t0, kSuper, stage)
-                   : stage_from_rows(a, row0, t0, kSuper, stage);
+                   : stage_from_rows(a, row0, ta, kLanePanel, load_fed);
   } else if (a.start_w != nullptr) {
     stage_start_term(a, row0, t0, kSuper, stage);
   }
   for (int p = 0; p < kPasses; ++p) {
-    hybrid_pass<RT, RA, VA>(a, lay, t0 + RT * p, t0 + RT * kPasses, b, RA * p, c0, c1, panel_c0,
-                            stage, t0);
+    hybrid_pass<RT, RA, VA>(a, lay, t0 + RT * p, ta, b, RA * p, c0, c1, panel_c0, stage, t0);
   }
   if (a.y_transposed) {
     stage_to_y(a, row0, t0, kSuper, stage, a.y_stream && last);
   } else {
-    stage_to_rows(a, row0, t0, kSuper, stage, last);
+    stage_to_rows(a, row0, ta, kLanePanel, load_fed, last);
   }
 }
 
