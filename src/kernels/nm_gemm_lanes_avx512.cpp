@@ -317,7 +317,9 @@ inline void stage_to_y(const NmGemmLaneArgs& a, int64_t row0, int64_t t_super, i
 // column's row of the token panel (`panel_c0` on) read as the FMA's memory operand (row = 16 c +
 // lane, the same lane index the permute uses). Per slot 2 · RT permute-fed FMAs and RA · VA
 // load-fed ones, against 16 permute-fed in tile<8>: bench_port_mix ran permute-fed FMAs alone at
-// 2.7 G/s and 1:1 mixes with load-fed ones at 3.67 G/s (the register-fed peak).
+// 2.7 G/s, 1:1 mixes with load-fed ones at 3.67 G/s (the register-fed peak) and 3.05-3.12 G/s
+// with this slot's broadcast per 2 load-fed FMAs (a shuffle too: docs/performance.md, "the hybrid
+// slot's ceiling").
 // The load-fed tile starts from and ends in the super-tile's stage (t_super its first token), and
 // so does the permute-fed one in the Yᵀ form; on a row-major Y the permute-fed tile is RT rows of Y
 // and is read and written in place, as tile<RT> does (bias and streaming at the last K block; its
@@ -428,9 +430,9 @@ inline void hybrid_pass(const NmGemmLaneArgs& a, const NmGemmLaneLayout& lay, in
 // Hybrid super-tile shapes (lane_hybrid_tokens): per row block, 32 / RA passes, each RT tokens
 // permute-fed and RA rows x 16 · VA tokens load-fed.
 // - RT 4 RA 4 VA 2 (32 + 32 tokens; 24 zmm of accumulators and operands) where a chunk holds 8 or
-//   more slots: per slot 8 permute-fed and 8 load-fed FMAs, the FMA pipes full and the shuffle
-//   pipes half (bench_port_mix: 1:1 mixes run at the register-fed peak), against 4 operand loads,
-//   4 broadcasts, 4 lane loads and 8 panel loads.
+//   more slots: per slot 8 permute-fed and 8 load-fed FMAs against 8 permutes, 4 broadcasts, 4
+//   operand loads, 4 lane loads and 8 panel loads (the permutes and broadcasts make it 3.09 G
+//   FMAs/s at most; bench_port_mix's FmaMix/loads8/permutes8/weight_per2).
 // - RT 6 RA 2 VA 2 (96 + 32 tokens; 28 zmm) at 1:4, whose chunks hold 4 slots: 12 + 4 FMAs per
 //   slot; the narrow shape's 8 load-fed FMAs per slot made 1:4 slower (below).
 // A standalone copy of the kernel, one thread, Zen 4, G zmm FMAs/s at 2:4 with every operand in
