@@ -90,9 +90,10 @@ inline void store_transposed(const NmGemmLaneArgs& a, int64_t t0, int64_t row0,
 }
 
 // A row-major Y's tile rows: acc0[t] / acc1[t] = rows row0 .. row0 + 15 / row0 + 16 .. row0 + 31
-// of token t0 + t (rows past a.rows read as 0), and their store (real rows only), at the last K
-// block (`last`) adding the bias (one rounded addition after the chain, as add_bias) and, with
-// `stream`, writing each token's two whole lines around the cache.
+// of token t0 + t (rows past a.rows read as 0), the prefetch of their lines for writing, and their
+// store (real rows only), at the last K block (`last`) adding the bias (one rounded addition after
+// the chain, as add_bias) and, with `stream`, writing each token's two whole lines around the
+// cache.
 template <int RT>
 inline void load_rows(const NmGemmLaneArgs& a, int64_t t0, int64_t row0, __m512 acc0[RT],
                       __m512 acc1[RT]) {
@@ -102,6 +103,15 @@ inline void load_rows(const NmGemmLaneArgs& a, int64_t t0, int64_t row0, __m512 
     const float* yr = a.y + (t0 + t) * a.ldy + row0;
     acc0[t] = _mm512_maskz_loadu_ps(m0, yr);
     acc1[t] = _mm512_maskz_loadu_ps(m1, yr + 16);
+  }
+}
+
+template <int RT>
+inline void prefetch_rows(const NmGemmLaneArgs& a, int64_t t0, int64_t row0) {
+  for (int t = 0; t < RT; ++t) {
+    const float* yr = a.y + (t0 + t) * a.ldy + row0;
+    __builtin_prefetch(yr, 1, 3);
+    if (a.rows - row0 > 16) __builtin_prefetch(yr + 16, 1, 3);
   }
 }
 
@@ -146,13 +156,7 @@ inline void tile(const NmGemmLaneArgs& a, const NmGemmLaneLayout& lay, int64_t t
   // the next tile's lines in later K blocks (whose tiles load Y first) gained under 1 %.
   const bool last = c1 == lay.chunks;
   const bool stream = a.y_stream && last && !a.y_transposed && m1 == 0xFFFF;
-  if (first && !a.y_transposed && !stream) {
-    for (int t = 0; t < RT; ++t) {
-      const float* yr = a.y + (t0 + t) * a.ldy + row0;
-      __builtin_prefetch(yr, 1, 3);
-      if (m1 != 0) __builtin_prefetch(yr + 16, 1, 3);
-    }
-  }
+  if (first && !a.y_transposed && !stream) prefetch_rows<RT>(a, t0, row0);
   __m512 acc0[RT];
   __m512 acc1[RT];
   if (a.y_transposed && (!first || a.start_w != nullptr)) {
@@ -343,13 +347,7 @@ inline void hybrid_pass(const NmGemmLaneArgs& a, const NmGemmLaneLayout& lay, in
   }
   const bool last = c1 == lay.chunks;
   const bool stream = a.y_stream && last && real >= kLaneRows;
-  if (c0 == 0 && !a.y_transposed && !stream) {
-    for (int t = 0; t < RT; ++t) {
-      const float* yr = a.y + (tb + t) * a.ldy + row0;
-      __builtin_prefetch(yr, 1, 3);
-      if (real > 16) __builtin_prefetch(yr + 16, 1, 3);
-    }
-  }
+  if (c0 == 0 && !a.y_transposed && !stream) prefetch_rows<RT>(a, tb, row0);
   __m512 acc[RA][VA];
   for (int r = 0; r < RA; ++r) {
     for (int v = 0; v < VA; ++v) {
