@@ -146,7 +146,6 @@ template <int RT>
 inline void tile(const NmGemmLaneArgs& a, const NmGemmLaneLayout& lay, int64_t t0, int64_t b,
                  int64_t c0, int64_t c1) {
   const int64_t row0 = kLaneRows * b;
-  const __mmask16 m1 = first_lanes(a.rows - row0 - 16);
   const bool first = c0 == 0;
   // The row-major tile's Y lines (2 per token), prefetched before its chunks run: without this
   // each tile's 16 stores missed at its end, an ownership read from memory apiece. One thread,
@@ -155,7 +154,7 @@ inline void tile(const NmGemmLaneArgs& a, const NmGemmLaneLayout& lay, int64_t t
   // prefetchw (-mprfchw) measured the same as the prefetcht0 GCC emits without it, and prefetching
   // the next tile's lines in later K blocks (whose tiles load Y first) gained under 1 %.
   const bool last = c1 == lay.chunks;
-  const bool stream = a.y_stream && last && !a.y_transposed && m1 == 0xFFFF;
+  const bool stream = a.y_stream && last && !a.y_transposed && a.rows - row0 >= kLaneRows;
   if (first && !a.y_transposed && !stream) prefetch_rows<RT>(a, t0, row0);
   __m512 acc0[RT];
   __m512 acc1[RT];
@@ -246,19 +245,19 @@ inline void stage_from_y(const NmGemmLaneArgs& a, int64_t row0, int64_t t_super,
   }
 }
 
-// The same for a row-major Y (the forward and backward-data products), `super` tokens from t_super
-// (the super-tile's load-fed 32): 16 x 16 transposes of the tokens x each 16 rows (4 blocks of 64
-// shuffles against the 131 072 FMAs of the passes over a K block of 128 chunks at 2:4, 49 152 at
-// 768 columns). Rows past a.rows are neither read nor written (they stage as 0).
-inline void stage_from_rows(const NmGemmLaneArgs& a, int64_t row0, int64_t t_super, int64_t super,
-                            float* stage) {
+// The same for a row-major Y (the forward and backward-data products), whose stage holds only a
+// super-tile's load-fed kLanePanel tokens, from ta (`stage` at the first of them): 16 x 16
+// transposes of the tokens x each 16 rows (4 blocks of 64 shuffles against the 131 072 FMAs of the
+// passes over a K block of 128 chunks at 2:4, 49 152 at 768 columns). Rows past a.rows are neither
+// read nor written (they stage as 0).
+inline void stage_from_rows(const NmGemmLaneArgs& a, int64_t row0, int64_t ta, float* stage) {
   for (int64_t h = 0; h < kLaneRows / 16; ++h) {
     const __mmask16 rm = first_lanes(a.rows - row0 - 16 * h);
     if (rm == 0) break;
-    for (int64_t i = 0; i < super; i += 16) {
+    for (int64_t i = 0; i < kLanePanel; i += 16) {
       __m512 r[16];
       for (int j = 0; j < 16; ++j) {
-        r[j] = _mm512_maskz_loadu_ps(rm, a.y + (t_super + i + j) * a.ldy + row0 + 16 * h);
+        r[j] = _mm512_maskz_loadu_ps(rm, a.y + (ta + i + j) * a.ldy + row0 + 16 * h);
       }
       transpose16(r);
       for (int j = 0; j < 16; ++j) _mm512_store_ps(stage + (16 * h + j) * kStageLd + i, r[j]);
@@ -268,8 +267,8 @@ inline void stage_from_rows(const NmGemmLaneArgs& a, int64_t row0, int64_t t_sup
 
 // The inverse, at the last K block (`last`) adding the bias (one rounded addition after each
 // chain, add_bias's bits) and, with a.y_stream, writing each token's whole lines around the cache.
-inline void stage_to_rows(const NmGemmLaneArgs& a, int64_t row0, int64_t t_super, int64_t super,
-                          const float* stage, bool last) {
+inline void stage_to_rows(const NmGemmLaneArgs& a, int64_t row0, int64_t ta, const float* stage,
+                          bool last) {
   const int64_t real = a.rows - row0;
   for (int64_t h = 0; h < kLaneRows / 16; ++h) {
     const __mmask16 rm = first_lanes(real - 16 * h);
@@ -278,7 +277,7 @@ inline void stage_to_rows(const NmGemmLaneArgs& a, int64_t row0, int64_t t_super
     const __m512 bias = last && a.bias != nullptr
                             ? _mm512_maskz_loadu_ps(rm, a.bias + row0 + 16 * h)
                             : _mm512_setzero_ps();
-    for (int64_t i = 0; i < super; i += 16) {
+    for (int64_t i = 0; i < kLanePanel; i += 16) {
       __m512 r[16];
       for (int j = 0; j < 16; ++j) {  // rows past a.rows were not staged: read as 0
         r[j] = 16 * h + j < real ? _mm512_load_ps(stage + (16 * h + j) * kStageLd + i)
@@ -286,7 +285,7 @@ inline void stage_to_rows(const NmGemmLaneArgs& a, int64_t row0, int64_t t_super
       }
       transpose16(r);
       for (int j = 0; j < 16; ++j) {
-        float* y = a.y + (t_super + i + j) * a.ldy + row0 + 16 * h;
+        float* y = a.y + (ta + i + j) * a.ldy + row0 + 16 * h;
         const __m512 v = last && a.bias != nullptr ? _mm512_add_ps(r[j], bias) : r[j];
         if (stream) {
           _mm512_stream_ps(y, v);
@@ -461,8 +460,8 @@ constexpr int64_t kHybridDepthChunks = 128;
 // On a row-major Y the whole super-tile was staged at first (its permute-fed tiles transposed into
 // the stage and back out again); their rows in place instead, one thread, 2:4, the kernel called
 // directly at T 8192 x 768 -> 3072 (best 5 of 12 alternating runs / medians, ms): streamed
-// 225.7 / 233.2 -> 222.1 / 225.1, Y not streamed 230.8 / 241.2 -> 226.2 / 239.1; at 1:4 within
-// the noise (121.0-123.7 streamed, 126.0-126.8 not).
+// 225.7 / 233.2 -> 222.1 / 225.1, not streamed with the same 256 tokens repeated 230.8 / 241.2 ->
+// 226.2 / 239.1; at 1:4 within the noise (121.0-123.7 and 126.0-126.8).
 template <int RT, int RA, int VA>
 void hybrid_super_tile(const NmGemmLaneArgs& a, const NmGemmLaneLayout& lay, int64_t t0, int64_t b,
                        int64_t c0, int64_t c1, const float* panel_c0, float* stage) {
@@ -475,7 +474,7 @@ void hybrid_super_tile(const NmGemmLaneArgs& a, const NmGemmLaneLayout& lay, int
   float* const load_fed = stage + RT * kPasses;
   if (c0 > 0) {
     a.y_transposed ? stage_from_y(a, row0, t0, kSuper, stage)
-                   : stage_from_rows(a, row0, ta, kLanePanel, load_fed);
+                   : stage_from_rows(a, row0, ta, load_fed);
   } else if (a.start_w != nullptr) {
     stage_start_term(a, row0, t0, kSuper, stage);
   }
@@ -485,7 +484,7 @@ void hybrid_super_tile(const NmGemmLaneArgs& a, const NmGemmLaneLayout& lay, int
   if (a.y_transposed) {
     stage_to_y(a, row0, t0, kSuper, stage, a.y_stream && last);
   } else {
-    stage_to_rows(a, row0, ta, kLanePanel, load_fed, last);
+    stage_to_rows(a, row0, ta, load_fed, last);
   }
 }
 

@@ -246,7 +246,8 @@ class ScopedLaneDriver {
 TEST(NmGemm, PermuteTilesAndHybridSuperTilesGiveTheScalarBits) {
   // Row-major Y on the permute-only tiles and on hybrid super-tiles (64 tokens where a chunk holds
   // 8 or more slots, 128 at 1:4; their last 32 tokens read from panels the call packs per K block,
-  // staged and transposed back into Y), each with plain and streamed stores (a large Y's last K
+  // staged and transposed back into Y, the others' rows of Y read and written in place), each with
+  // plain and streamed stores (a large Y's last K
   // block: whole row blocks only, the bias added before the store; forced on here at small
   // sizes). Shapes: one super-tile and a token tail, several per work item of 256 and a second
   // item, a super-tile short of a token; partial chunks and row blocks (16 real rows in the last:
